@@ -1,0 +1,1 @@
+"""verl-ext: extensions for verl 0.9.1."""

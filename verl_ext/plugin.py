@@ -1,0 +1,23 @@
+"""Loaded by verl in every process that imports it (driver, TaskRunner, workers, rollout servers) through the
+`verl.plugins` entry point. verl swallows exceptions raised here (logged at debug level only), so registration
+errors are logged at warning level before re-raising.
+"""
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def _load() -> None:
+    from verl_ext import cpu
+    from verl_ext.cpu import platform  # noqa: F401  registers "cpu"; never auto-detected, only by VERL_PLATFORM=cpu
+
+    if cpu.is_requested():
+        cpu.activate()
+
+
+try:
+    _load()
+except Exception:
+    logger.warning("verl_ext plugin failed to load", exc_info=True)
+    raise

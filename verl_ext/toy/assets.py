@@ -1,0 +1,107 @@
+"""Build (once) and locate the tiny model, tokenizer and toy data set.
+
+`ensure_tiny_assets()` returns paths to a directory that holds a HF-format model (random-init Qwen2, briefly
+warmed up on the toy task's answer format) with its tokenizer, and train/val parquet files in verl's RLHFDataset
+schema. The directory name is a hash of every build parameter, so a change of parameters never reuses a stale
+copy, and concurrent builders (pytest-xdist, several Ray workers) never see a half-written directory: the build
+happens in a temporary directory that is renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DEFAULT_CACHE = Path(os.environ.get("VERL_EXT_CACHE", Path.home() / ".cache" / "verl_ext"))
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Build parameters. hidden/heads give head size 32, one of vLLM's supported head sizes."""
+
+    seed: int = 0
+    vocab_size: int = 512
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 256
+    max_position: int = 512
+    warmup_steps: int = 150  # SFT steps on the answer format; 0 keeps the pure random init
+    warmup_correct_frac: float = 0.35  # share of warm-up answers that are correct (the rest are random digits)
+    num_digits: int = 5  # answers are digits 0..num_digits-1, so a format-only guess passes 1/num_digits
+    train_size: int = 512
+    val_size: int = 64
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class TinyAssets:
+    root: Path
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def train_file(self) -> Path:
+        return self.root / "data" / "train.parquet"
+
+    @property
+    def val_file(self) -> Path:
+        return self.root / "data" / "val.parquet"
+
+
+def ensure_tiny_assets(spec: TinySpec | None = None, cache_dir: str | Path | None = None) -> TinyAssets:
+    spec = spec or TinySpec()
+    cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE
+    final = cache / f"tiny-{spec.key()}"
+    if (final / "DONE").exists():
+        return TinyAssets(final)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+    try:
+        _build(spec, tmp)
+        (tmp / "spec.json").write_text(json.dumps(asdict(spec), indent=2))
+        (tmp / "DONE").write_text("ok\n")
+        try:
+            tmp.rename(final)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TinyAssets(final)
+
+
+def _build(spec: TinySpec, out: Path) -> None:
+    from verl_ext.toy import model, task, tokenizer
+
+    tok = tokenizer.build_tokenizer(spec.vocab_size, corpus=task.tokenizer_corpus(spec.num_digits, spec.seed))
+    lm = model.build_model(spec, tok)
+    if spec.warmup_steps:
+        model.warm_up(lm, tok, task.warmup_examples(spec), steps=spec.warmup_steps, seed=spec.seed)
+    (out / "model").mkdir()
+    lm.save_pretrained(out / "model", safe_serialization=True)
+    tok.save_pretrained(out / "model")
+    model.save_generation_config(out / "model", tok)
+    (out / "data").mkdir()
+    task.write_dataset(out / "data" / "train.parquet", spec.train_size, spec.num_digits, seed=spec.seed, split="train")
+    task.write_dataset(out / "data" / "val.parquet", spec.val_size, spec.num_digits, seed=spec.seed + 1, split="val")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description="Build the tiny CPU assets and print their directory.")
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    print(ensure_tiny_assets(TinySpec(seed=args.seed), args.cache_dir).root)
