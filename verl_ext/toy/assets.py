@@ -35,6 +35,7 @@ class TinySpec:
     warmup_steps: int = 150  # SFT steps on the answer format; 0 keeps the pure random init
     warmup_correct_frac: float = 0.35  # share of warm-up answers that are correct (the rest are random digits)
     num_digits: int = 5  # answers are digits 0..num_digits-1, so a format-only guess passes 1/num_digits
+    data_version: int = 2  # bump when the toy data's distribution changes (part of the cache key)
     train_size: int = 512
     val_size: int = 64
 

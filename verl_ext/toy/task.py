@@ -1,8 +1,10 @@
 """The toy task for CPU runs: copy a digit from the prompt into `\\boxed{}`.
 
-A random-init model cannot do it; the asset build warms the model up on the answer format with a mix of correct
-and random digits, so pass rates start in between 0 and 1 and differ across prompts: the curriculum has work to do,
-and RL visibly raises the reward within a few dozen steps on CPU.
+A random-init model cannot do it; the asset build warms the model up on the answer format with (mostly) random
+digits drawn uniformly, so it starts near the 1/num_digits pass rate of a format-only guess. The RL data draws the
+digits from a skewed distribution (DIGIT_WEIGHTS): a policy first gains by shifting its answers toward the frequent
+digits (learnable within a few dozen CPU steps), and further only by actually copying. Pass rates therefore differ
+across prompts and change as training goes, which gives the curriculum real work.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ _TEMPLATES = [
     "Repeat this number: {d}. Put the final answer within \\boxed{{}}.",
     "The digit is {d}; write it in \\boxed{{}}.",
 ]
+DIGIT_WEIGHTS = (0.5, 0.2, 0.15, 0.1, 0.05)  # for digits 0..4; longer digit ranges get the last weight
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -60,9 +63,10 @@ def write_dataset(path, size: int, num_digits: int, seed: int, split: str) -> No
     import pandas as pd
 
     rng = random.Random(seed)
+    weights = [DIGIT_WEIGHTS[min(i, len(DIGIT_WEIGHTS) - 1)] for i in range(num_digits)]
     rows = []
     for i in range(size):
-        d = rng.randrange(num_digits)
+        d = rng.choices(range(num_digits), weights=weights)[0]
         rows.append(
             {
                 "data_source": DATA_SOURCE,

