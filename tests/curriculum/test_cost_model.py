@@ -1,0 +1,120 @@
+"""Cost model against slow references: midpoint-rule integration and a Monte Carlo of the sampling process."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from verl_ext.curriculum.cost_model import (
+    DEFAULT_HISTOGRAM,
+    dapo_cost,
+    load_pass_histogram,
+    oracle_cost,
+    parse_pass_histogram,
+    two_phase_cost,
+)
+
+SEED_HISTOGRAM = {  # seed 002, Qwen2.5-Math-1.5B pass@32, as printed there
+    "zeros": 0.34, "ones": 0.0, "0.0-0.1": 0.26, "0.1-0.2": 0.132, "0.2-0.3": 0.086, "0.3-0.4": 0.06,
+    "0.4-0.5": 0.045, "0.5-0.6": 0.034, "0.6-0.7": 0.024, "0.7-0.8": 0.008, "0.8-0.9": 0.005, "0.9-1.0": 0.0,
+}
+
+
+def reference_keep(histogram: dict, k: int, steps: int = 2000) -> float:
+    """E[1 - p^k - (1-p)^k] with point masses at 0/1 and each bin integrated by the midpoint rule."""
+    total_mass = sum(histogram.values())
+    acc = 0.0
+    for key, mass in histogram.items():
+        if key == "zeros" or key == "ones":
+            p = 0.0 if key == "zeros" else 1.0
+            acc += mass * (1 - p**k - (1 - p) ** k)
+            continue
+        a, b = (float(x) for x in key.split("-"))
+        inner = 0.0
+        for i in range(steps):
+            p = a + (b - a) * (i + 0.5) / steps
+            inner += 1 - p**k - (1 - p) ** k
+        acc += mass * inner / steps
+    return acc / total_mass
+
+
+def random_histogram(rng: np.random.Generator) -> dict:
+    cuts = sorted({0.0, 1.0, *np.round(rng.uniform(0, 1, size=int(rng.integers(1, 8))), 3).tolist()})
+    masses = rng.dirichlet(np.ones(len(cuts) + 1))
+    hist = {"zeros": float(masses[0]), "ones": float(masses[1])}
+    for (a, b), m in zip(zip(cuts, cuts[1:], strict=False), masses[2:], strict=False):
+        hist[f"{a}-{b}"] = float(m)
+    return hist
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8, 16, 32])
+def test_expected_keep_matches_integration_on_seed_histogram(k):
+    expected = reference_keep(SEED_HISTOGRAM, k)
+    assert parse_pass_histogram(SEED_HISTOGRAM).expected_keep(k) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_costs_match_reference_on_random_histograms(seed):
+    rng = np.random.default_rng(seed)
+    hist = random_histogram(rng)
+    dist = parse_pass_histogram(hist)
+    N = int(rng.integers(2, 33))
+    n = int(rng.integers(2, N + 1))
+    assert dapo_cost(dist, N) == pytest.approx(N / reference_keep(hist, N), rel=1e-6)
+    assert two_phase_cost(dist, n, N) == pytest.approx(n / reference_keep(hist, n) + (N - n), rel=1e-6)
+    assert two_phase_cost(dist, N, N) == pytest.approx(dapo_cost(dist, N))  # n = N is DAPO
+    assert oracle_cost(N) == N
+
+
+def test_monte_carlo_of_the_sampling_process_agrees():
+    """Simulate the definition (draw p, then k Bernoulli responses, keep iff mixed), plain loops."""
+    dist = load_pass_histogram()
+    rng = np.random.default_rng(0)
+    for k in (4, 16):
+        trials = 20000
+        p = dist.sample(trials, rng)
+        kept = 0
+        for pi in p:
+            draws = rng.random(k) < pi
+            kept += bool(draws.any() and not draws.all())
+        expected = dist.expected_keep(k)
+        sigma = math.sqrt(expected * (1 - expected) / trials)
+        assert abs(kept / trials - expected) < 4 * sigma
+
+
+def test_shipped_file_is_the_seed_histogram():
+    with open(DEFAULT_HISTOGRAM) as f:
+        assert json.load(f)["histogram"] == SEED_HISTOGRAM
+    shipped = load_pass_histogram()
+    assert shipped == parse_pass_histogram(SEED_HISTOGRAM)
+    assert sum(w for _, w in shipped.points) + sum(w for *_, w in shipped.bins) == pytest.approx(1.0)
+
+
+def test_zero_keep_gives_infinite_cost():
+    only_zeros = parse_pass_histogram({"zeros": 1.0})
+    assert dapo_cost(only_zeros, 16) == math.inf and two_phase_cost(only_zeros, 4, 16) == math.inf
+
+
+@pytest.mark.parametrize(
+    ("hist", "match"),
+    [
+        ({"zeros": 0.5, "halves": 0.5}, "not 'zeros', 'ones' or a range"),
+        ({"zeros": 0.5, "0.5-0.2": 0.5}, "0 <= a < b <= 1"),
+        ({"zeros": 0.5, "0.0-1.2": 0.5}, "0 <= a < b <= 1"),
+        ({"zeros": -0.1, "0.0-1.0": 1.1}, "finite and >= 0"),
+        ({"zeros": 0.5, "0.0-0.1": 0.2}, "sum to 0.7"),
+        ({"0.0-0.6": 0.5, "0.5-1.0": 0.5}, "overlap"),
+    ],
+)
+def test_parser_errors(hist, match):
+    with pytest.raises(ValueError, match=match):
+        parse_pass_histogram(hist)
+
+
+def test_bad_cost_arguments():
+    dist = load_pass_histogram()
+    with pytest.raises(ValueError, match="1 <= n <= N"):
+        two_phase_cost(dist, 17, 16)
+    with pytest.raises(ValueError, match="k >= 1"):
+        dist.expected_keep(0)

@@ -1,0 +1,415 @@
+"""Bookkeeping for two-phase curriculum sampling ("fast DAPO", SPEED-RL, arXiv 2506.09016; seed 002).
+
+Algorithm (ALGORITHMS.md section 5). Screening: sample ``n`` responses for each fresh prompt and keep the prompt
+iff the filter metric's std over them is > 0 (its pass rate is strictly inside (0, 1)). Continuation: sample
+``n_continue = N - n`` more for each kept prompt; the prompt's N responses form one training group. One
+generation call per iteration carries both the screening of fresh prompts and the continuation of the prompts
+kept by the previous call. Any n and N work: the repeat count is set per prompt (``sample_level_repeat``).
+
+Modes, for side-by-side comparison in one trainer:
+- ``fast``:  the two-phase scheme above (needs n >= 2: the std of one response is always 0).
+- ``dapo``:  verl-recipe DAPO dynamic sampling: N responses per fresh prompt in one shot, drop groups whose metric
+  is uniform, keep mixed ones. Unlike the recipe, surplus groups are buffered for the next step, never trimmed.
+- ``plain``: N responses per prompt, every group goes to training (no filter).
+
+Assumptions: the caller assigns a unique ``uid`` string per fresh prompt; generated rows come back (in any order,
+possibly with pad rows from ``pad_to_multiple``) carrying their ``uid`` and phase column, and every prompt sent
+comes back with exactly its repeat count (checked: a lost or duplicated response is an error, never silent).
+"keep iff std > 0" is evaluated as ``max != min`` over the group, which is the same predicate without the
+round-off of a variance (a group of equal values 0.7 must not look mixed).
+
+State, one ``DataProto`` (or None) per stage, rows in FIFO order:
+  prompts_for_first_generation_phase   fresh prompt rows (one per prompt) awaiting screening
+  prompts_for_second_generation_phase  kept prompt rows awaiting continuation (copies of the fresh rows, so they
+                                       have the fresh rows' exact schema and can share one fused batch)
+  prompts_in_flight                    prompt rows of the pending generation call, with their phase
+  screened_responses                   the n screening responses of kept prompts awaiting continuation
+  prompts_for_training                 complete groups of N responses, each uid's rows contiguous
+Buffered rows carry no meta_info (verl's concat refuses differing meta_info, e.g. per-call timings).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from verl import DataProto
+
+from verl_ext.curriculum.dataproto_ops import PAD_KEY
+
+PHASE_KEY = "__phase__"
+SCREEN = "screen"
+CONTINUE = "continue"
+MODES = ("fast", "dapo", "plain")
+BUFFERS = (
+    "prompts_for_first_generation_phase",
+    "prompts_for_second_generation_phase",
+    "prompts_in_flight",
+    "screened_responses",
+    "prompts_for_training",
+)
+COUNTERS = (
+    "prompts_screened",  # prompts whose screening responses came back (dapo/plain: all prompts generated for)
+    "prompts_kept",  # screened prompts with a mixed metric (plain: all)
+    "discarded_all_correct",  # uniform groups with metric > 0.5
+    "discarded_all_wrong",  # uniform groups with metric <= 0.5
+    "responses_generated",  # generated rows, pad rows excluded
+    "tokens_generated",  # sum of response_mask over generated rows (0 if the rows have no response_mask)
+    "generation_calls",  # get_generation_inputs() calls
+    "generation_calls_since_training",  # reset by get_training_data(); for the trainer's max_num_gen_batches
+    "groups_completed",  # groups of N that reached prompts_for_training
+    "training_groups_emitted",  # groups handed out by get_training_data()
+)
+STATE_VERSION = 1
+
+
+class DataController:
+    """Holds prompts and responses between generation calls and hands out full training batches.
+
+    Args:
+        train_batch_size: groups (prompts) per training step. Recommended: ``data.train_batch_size``.
+        n: screening responses per fresh prompt (``actor_rollout_ref.rollout.n``); fast mode needs n >= 2.
+            Recommended 4 for N = 16 (SPEED-RL).
+        n_continue: responses added to each kept prompt (``rollout.n_continue`` = N - n), >= 0.
+        mode: "fast" (two-phase), "dapo" (N in one shot, drop uniform groups) or "plain" (N, no filter).
+            dapo and plain generate N = n + n_continue responses per prompt in one shot.
+        filter_metric: non_tensor_batch column of the generated rows used by the keep rule ("acc", "score" or any
+            reward extra key); default "acc".
+        uid_key: non_tensor_batch column holding the prompt id; default "uid" (verl's).
+    """
+
+    def __init__(
+        self,
+        train_batch_size: int,
+        n: int,
+        n_continue: int = 0,
+        mode: str = "fast",
+        filter_metric: str = "acc",
+        uid_key: str = "uid",
+    ):
+        _check_config(train_batch_size, n, n_continue, mode)
+        self.train_batch_size = int(train_batch_size)
+        self.n = int(n)
+        self.n_continue = int(n_continue)
+        self.N = self.n + self.n_continue
+        self.mode = mode
+        self.filter_metric = filter_metric
+        self.uid_key = uid_key
+        # dapo and plain screen with all N responses; fast screens with n.
+        self.n_screen = self.n if mode == "fast" else self.N
+        self.prompts_for_first_generation_phase: DataProto | None = None
+        self.prompts_for_second_generation_phase: DataProto | None = None
+        self.prompts_in_flight: DataProto | None = None
+        self.screened_responses: DataProto | None = None
+        self.prompts_for_training: DataProto | None = None
+        self._counts = dict.fromkeys(COUNTERS, 0)
+        self.generation_counts: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ trainer-facing API
+
+    def add_fresh_prompts(self, batch: DataProto) -> None:
+        """Queue fresh prompt rows (one row per prompt, unique ``uid`` strings) for screening."""
+        uids = self._uids(batch, "add_fresh_prompts")
+        if len(batch) == 0:
+            return
+        for marker in (PHASE_KEY, PAD_KEY):
+            if marker in batch.non_tensor_batch:
+                raise ValueError(f"add_fresh_prompts: the rows already carry '{marker}'; pass dataloader rows")
+        if len(np.unique(uids)) != len(uids):
+            raise ValueError("add_fresh_prompts: uids in the batch are not unique (one row per prompt expected)")
+        clash = np.isin(uids, self._held_uids())
+        if clash.any():
+            raise ValueError(f"add_fresh_prompts: uids already held by the controller, e.g. {uids[clash][:3]}")
+        fresh = _stripped(batch)
+        self.prompts_for_first_generation_phase = _concat([self.prompts_for_first_generation_phase, fresh])
+
+    def get_generation_inputs(self) -> DataProto:
+        """One fused batch: each queued fresh prompt repeated n times (dapo/plain: N) with ``PHASE_KEY`` "screen",
+        then each kept prompt repeated n_continue times with "continue". Sizes go to ``self.generation_counts``."""
+        if self.prompts_in_flight is not None:
+            raise RuntimeError("get_generation_inputs: the previous generation has not been passed to update() yet")
+        fresh, kept = self.prompts_for_first_generation_phase, self.prompts_for_second_generation_phase
+        if fresh is None and kept is None:
+            raise RuntimeError("get_generation_inputs: nothing to generate; call add_fresh_prompts first")
+        self.prompts_in_flight = _concat([_with_phase(fresh, SCREEN), _with_phase(kept, CONTINUE)])
+        self.prompts_for_first_generation_phase = self.prompts_for_second_generation_phase = None
+        n_fresh, n_kept = _len(fresh), _len(kept)
+        self.generation_counts = {
+            "screen_prompts": n_fresh,
+            "screen_responses": n_fresh * self.n_screen,
+            "continue_prompts": n_kept,
+            "continue_responses": n_kept * self.n_continue,
+        }
+        self._counts["generation_calls"] += 1
+        self._counts["generation_calls_since_training"] += 1
+        return self.prompts_in_flight.sample_level_repeat(self._repeats())
+
+    def update(self, gen_output: DataProto, metric_values: np.ndarray | None = None) -> None:
+        """Take the generated rows of the pending call (any order; pad rows allowed and dropped).
+
+        The filter metric is ``metric_values`` (one value per row of ``gen_output``) if given, else
+        ``gen_output.non_tensor_batch[filter_metric]``; the stored rows carry it (as float64) in
+        ``non_tensor_batch[filter_metric]``.
+        """
+        if self.prompts_in_flight is None:
+            raise RuntimeError("update: no pending generation (call get_generation_inputs first)")
+        metric = self._metric(gen_output, metric_values)
+        self._uids(gen_output, "update")
+        if PHASE_KEY not in gen_output.non_tensor_batch:
+            raise ValueError(f"update: the rows lack the '{PHASE_KEY}' column set by get_generation_inputs")
+        real = ~np.asarray(gen_output.non_tensor_batch.get(PAD_KEY, np.zeros(len(gen_output))), dtype=bool)
+        rows, metric = _stripped(gen_output.select_idxs(real), drop=(PAD_KEY,)), metric[real]
+        # Rows keep the values the keep rule saw, so groups from different calls share one schema either way.
+        rows.non_tensor_batch[self.filter_metric] = metric
+        prompt_of_row = self._match_in_flight(rows)
+
+        self._counts["responses_generated"] += len(rows)
+        if rows.batch is not None and "response_mask" in rows.batch.keys():
+            self._counts["tokens_generated"] += int(rows.batch["response_mask"].sum())
+        continued = rows.non_tensor_batch[PHASE_KEY] == CONTINUE
+        # Older prompts first: completed continuations join the training FIFO before this call's screened groups.
+        self._complete_continuations(rows.select_idxs(continued), prompt_of_row[continued])
+        self._screen(rows.select_idxs(~continued), metric[~continued], prompt_of_row[~continued])
+        self.prompts_in_flight = None
+
+    def is_ready_for_training(self) -> bool:
+        return self.num_groups_ready >= self.train_batch_size
+
+    def get_training_data(self) -> DataProto:
+        """The oldest ``train_batch_size`` groups, N rows each, each uid's rows contiguous (screening first).
+        Groups beyond that stay buffered for the next step."""
+        if not self.is_ready_for_training():
+            raise RuntimeError(
+                f"get_training_data: {self.num_groups_ready} of {self.train_batch_size} groups ready; "
+                "check is_ready_for_training() first"
+            )
+        take = self.train_batch_size * self.N
+        ready = self.prompts_for_training
+        self.prompts_for_training = ready[take:] if len(ready) > take else None
+        self._counts["training_groups_emitted"] += self.train_batch_size
+        self._counts["generation_calls_since_training"] = 0
+        return ready[:take]
+
+    @property
+    def num_groups_ready(self) -> int:
+        return _len(self.prompts_for_training) // self.N
+
+    @property
+    def counters(self) -> dict[str, float]:
+        """Cumulative counters, two ratios (nan until defined) and the current buffer sizes."""
+        c: dict[str, float] = dict(self._counts)
+        c["responses_per_training_group"] = _ratio(c["responses_generated"], c["training_groups_emitted"])
+        c["keep_rate"] = _ratio(c["prompts_kept"], c["prompts_screened"])
+        c["prompts_awaiting_screening"] = _len(self.prompts_for_first_generation_phase)
+        c["prompts_awaiting_continuation"] = _len(self.screened_responses) // self.n_screen
+        c["groups_ready"] = self.num_groups_ready
+        return c
+
+    # ------------------------------------------------------------------ checkpointing
+
+    def state_dict(self) -> dict:
+        """Plain dict (tensors, numpy arrays, ints): save it with torch.save (load with weights_only=False, the
+        non-tensor columns are numpy object arrays) or pickle. Tensors are cloned: the snapshot is independent."""
+        return {
+            "version": STATE_VERSION,
+            "config": {"n": self.n, "n_continue": self.n_continue, "mode": self.mode, "uid_key": self.uid_key},
+            "counters": dict(self._counts),
+            "buffers": {name: _to_plain(getattr(self, name)) for name in BUFFERS},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore buffers and counters. n, n_continue, mode and uid_key must match (they shape the buffers);
+        train_batch_size and filter_metric are taken from this controller's constructor."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"load_state_dict: unsupported state version {state.get('version')!r}")
+        mine = {"n": self.n, "n_continue": self.n_continue, "mode": self.mode, "uid_key": self.uid_key}
+        if state["config"] != mine:
+            raise ValueError(f"load_state_dict: checkpoint config {state['config']} does not match {mine}")
+        if set(state["counters"]) != set(COUNTERS):
+            raise ValueError(f"load_state_dict: counters {sorted(state['counters'])} != expected {sorted(COUNTERS)}")
+        self._counts = dict(state["counters"])
+        for name in BUFFERS:
+            setattr(self, name, _from_plain(state["buffers"][name]))
+
+    # ------------------------------------------------------------------ internals
+
+    def _repeats(self) -> np.ndarray:
+        phase = self.prompts_in_flight.non_tensor_batch[PHASE_KEY]
+        return np.where(phase == SCREEN, self.n_screen, self.n_continue)
+
+    def _uids(self, data: DataProto, where: str) -> np.ndarray:
+        if self.uid_key not in data.non_tensor_batch:
+            raise ValueError(
+                f"{where}: no non_tensor_batch column '{self.uid_key}'; available: {sorted(data.non_tensor_batch)}"
+            )
+        return data.non_tensor_batch[self.uid_key]
+
+    def _held_uids(self) -> np.ndarray:
+        held = [getattr(self, name) for name in BUFFERS]
+        columns = [d.non_tensor_batch[self.uid_key] for d in held if d is not None]
+        return np.concatenate([np.zeros(0, dtype=object), *columns])
+
+    def _metric(self, gen_output: DataProto, metric_values) -> np.ndarray:
+        if metric_values is None:
+            if self.filter_metric not in gen_output.non_tensor_batch:
+                raise ValueError(
+                    f"update: filter metric '{self.filter_metric}' not in the generated rows' non_tensor_batch "
+                    f"(available: {sorted(gen_output.non_tensor_batch)}); pass metric_values or set filter_metric"
+                )
+            metric_values = gen_output.non_tensor_batch[self.filter_metric]
+        metric = np.asarray(metric_values, dtype=np.float64).reshape(-1)
+        if len(metric) != len(gen_output):
+            raise ValueError(f"update: {len(metric)} metric values for {len(gen_output)} rows")
+        if not np.isfinite(metric).all():
+            raise ValueError(f"update: filter metric '{self.filter_metric}' has non-finite values")
+        return metric
+
+    def _match_in_flight(self, rows: DataProto) -> np.ndarray:
+        """Index into prompts_in_flight of each row; checks every prompt came back exactly its repeat count."""
+        sent = self.prompts_in_flight.non_tensor_batch
+        row_uid, row_phase = rows.non_tensor_batch[self.uid_key], rows.non_tensor_batch[PHASE_KEY]
+        prompt = _positions(sent[self.uid_key], row_uid)
+        if (prompt < 0).any():
+            raise ValueError(f"update: rows with uids that were not sent, e.g. {row_uid[prompt < 0][:3]}")
+        if (sent[PHASE_KEY][prompt] != row_phase).any():
+            raise ValueError("update: some rows carry a phase different from the one their uid was sent with")
+        got, expected = np.bincount(prompt, minlength=len(self.prompts_in_flight)), self._repeats()
+        if (got != expected).any():
+            bad = np.flatnonzero(got != expected)
+            raise ValueError(
+                f"update: {len(bad)} prompts came back with the wrong number of responses (lost or duplicated "
+                f"rows), e.g. uid {sent[self.uid_key][bad[0]]}: expected {expected[bad[0]]}, got {got[bad[0]]}"
+            )
+        return prompt
+
+    def _complete_continuations(self, rows: DataProto, prompt_of_row: np.ndarray) -> None:
+        if len(rows) == 0:
+            return
+        held = self.screened_responses
+        if held is None:
+            raise AssertionError("internal: continuation rows came back but no screening responses are held")
+        sent_uids = self.prompts_in_flight.non_tensor_batch[self.uid_key]
+        held_prompt = _positions(sent_uids, held.non_tensor_batch[self.uid_key])
+        joined = held_prompt >= 0
+        groups = _concat([held.select_idxs(joined), rows])
+        order = np.argsort(np.concatenate([held_prompt[joined], prompt_of_row]), kind="stable")
+        self.screened_responses = _nonempty(held.select_idxs(~joined))
+        self._add_ready(groups.select_idxs(order))
+
+    def _screen(self, rows: DataProto, metric: np.ndarray, prompt_of_row: np.ndarray) -> None:
+        if len(rows) == 0:
+            return
+        n_sent = len(self.prompts_in_flight)
+        hi, lo = np.full(n_sent, -np.inf), np.full(n_sent, np.inf)
+        np.maximum.at(hi, prompt_of_row, metric)
+        np.minimum.at(lo, prompt_of_row, metric)
+        screened = self.prompts_in_flight.non_tensor_batch[PHASE_KEY] == SCREEN
+        mixed = hi > lo
+        keep = screened & (mixed | (self.mode == "plain"))
+        self._counts["prompts_screened"] += int(screened.sum())
+        self._counts["prompts_kept"] += int(keep.sum())
+        self._counts["discarded_all_correct"] += int((screened & ~keep & (lo > 0.5)).sum())
+        self._counts["discarded_all_wrong"] += int((screened & ~keep & (lo <= 0.5)).sum())
+
+        row_kept = keep[prompt_of_row]
+        order = np.argsort(prompt_of_row[row_kept], kind="stable")
+        kept_rows = rows.select_idxs(np.flatnonzero(row_kept)[order])
+        if self.mode == "fast" and self.n_continue > 0:
+            self.screened_responses = _concat([self.screened_responses, kept_rows])
+            kept_prompts = _stripped(self.prompts_in_flight.select_idxs(keep), drop=(PHASE_KEY,))
+            self.prompts_for_second_generation_phase = _concat([self.prompts_for_second_generation_phase, kept_prompts])
+        else:
+            self._add_ready(kept_rows)
+
+    def _add_ready(self, groups: DataProto) -> None:
+        if len(groups) % self.N:
+            raise AssertionError(f"internal: {len(groups)} rows is not a whole number of groups of {self.N}")
+        self._counts["groups_completed"] += len(groups) // self.N
+        self.prompts_for_training = _concat([self.prompts_for_training, groups])
+
+
+def _check_config(train_batch_size, n, n_continue, mode) -> None:
+    if mode not in MODES:
+        raise ValueError(f"DataController: unknown mode {mode!r}; expected one of {MODES}")
+    for name, value, low in (("train_batch_size", train_batch_size, 1), ("n", n, 1), ("n_continue", n_continue, 0)):
+        if not isinstance(value, int | np.integer) or value < low:
+            raise ValueError(f"DataController: {name} must be an int >= {low}, got {value!r}")
+    if mode == "fast" and n < 2:
+        raise ValueError(f"DataController: fast mode needs n >= 2 (the std of {n} response is always 0), got n={n}")
+    if mode == "dapo" and n + n_continue < 2:
+        raise ValueError("DataController: dapo mode needs N = n + n_continue >= 2 (one response is never mixed)")
+
+
+def _positions(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Index of each query in ``keys`` (unique), -1 where absent. Vectorised with a sorted search."""
+    if len(keys) == 0 or len(queries) == 0:
+        return np.full(len(queries), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    pos = np.clip(np.searchsorted(keys[order], queries), 0, len(keys) - 1)
+    return np.where(keys[order][pos] == queries, order[pos], -1)
+
+
+def _with_phase(data: DataProto | None, phase: str) -> DataProto | None:
+    if data is None:
+        return None
+    column = np.full(len(data), phase, dtype=object)
+    return DataProto(batch=data.batch, non_tensor_batch={**data.non_tensor_batch, PHASE_KEY: column}, meta_info={})
+
+
+def _stripped(data: DataProto, drop: tuple[str, ...] = ()) -> DataProto:
+    """Same rows without meta_info and without the ``drop`` columns, in containers of its own (so the caller's
+    later ``pop``/``union`` on ``data`` cannot change what the controller holds)."""
+    kept = {k: v for k, v in data.non_tensor_batch.items() if k not in drop}
+    tensors = None if data.batch is None else data.batch.clone(recurse=False)
+    return DataProto(batch=tensors, non_tensor_batch=kept, meta_info={})
+
+
+def _concat(parts: list[DataProto | None]) -> DataProto | None:
+    """verl's concat over the non-empty parts, with a clear error when their columns differ."""
+    parts = [p for p in parts if p is not None and len(p) > 0]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    for p in parts[1:]:
+        for kind, a, b in (
+            ("tensor", _keys(parts[0].batch), _keys(p.batch)),
+            ("non-tensor", set(parts[0].non_tensor_batch), set(p.non_tensor_batch)),
+        ):
+            if a != b:
+                raise ValueError(
+                    f"DataController: rows from different calls have different {kind} columns: "
+                    f"only in the older rows {sorted(a - b)}, only in the newer rows {sorted(b - a)}"
+                )
+    return DataProto.concat(parts)
+
+
+def _keys(batch) -> set:
+    return set() if batch is None else set(batch.keys())
+
+
+def _nonempty(data: DataProto | None) -> DataProto | None:
+    return data if data is not None and len(data) > 0 else None
+
+
+def _len(data: DataProto | None) -> int:
+    return 0 if data is None else len(data)
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den else math.nan
+
+
+def _to_plain(data: DataProto | None) -> dict | None:
+    if data is None:
+        return None
+    tensors = {} if data.batch is None else {k: v.detach().clone() for k, v in data.batch.items()}
+    return {"tensors": tensors, "non_tensors": {k: v.copy() for k, v in data.non_tensor_batch.items()}}
+
+
+def _from_plain(plain: dict | None) -> DataProto | None:
+    if plain is None:
+        return None
+    tensors = {k: torch.as_tensor(v) for k, v in plain["tensors"].items()}
+    return DataProto.from_dict(tensors=tensors or None, non_tensors=dict(plain["non_tensors"]))

@@ -1,0 +1,114 @@
+"""Cost model of two-phase curriculum sampling (SPEED-RL, arXiv 2506.09016; ALGORITHMS.md section 5).
+
+Responses generated per training-ready group of N, for prompts whose pass rates p follow a distribution P and
+whose responses are independent Bernoulli(p) draws:
+
+    keep_k     = E[1 - p^k - (1-p)^k]       probability that k responses are mixed (std > 0)
+    DAPO       = N / keep_N                 N per prompt, uniform groups dropped
+    two-phase  = n / keep_n + (N - n)       n to screen every prompt, N - n more for each kept one
+    oracle     = N                          only mixed prompts are ever sampled
+
+Histogram interpretation (the seed's pass@32 dict, e.g. ``{'zeros': 0.34, 'ones': 0.0, '0.0-0.1': 0.26, ...}``):
+'zeros' is a point mass at p = 0, 'ones' at p = 1, and each 'a-b' bin's mass is spread uniformly over [a, b]
+(a continuous stand-in for the empirical k/32 values it holds). Masses are normalised to sum to 1 (the seed's
+Qwen2.5-Math-1.5B masses sum to 0.994: rounding). Over Uniform[a, b],
+E[p^k] = (b^(k+1) - a^(k+1)) / ((k+1)(b - a)) and E[(1-p)^k] by the same formula on [1-b, 1-a].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_HISTOGRAM = Path(__file__).parent / "data" / "qwen25_math_1p5b_pass32.json"
+MASS_TOLERANCE = 0.02  # how far the histogram's total mass may be from 1 before it is an error, not rounding
+
+
+@dataclass(frozen=True)
+class PassRateDistribution:
+    """Mixture of point masses ``points`` [(p, w)] and uniform bins ``bins`` [(a, b, w)]; weights sum to 1."""
+
+    points: tuple[tuple[float, float], ...]
+    bins: tuple[tuple[float, float, float], ...]
+
+    def expected_keep(self, k: int) -> float:
+        """E[1 - p^k - (1-p)^k]: probability that k Bernoulli(p) responses are not all equal."""
+        if k < 1:
+            raise ValueError(f"expected_keep needs k >= 1, got {k}")
+        total = sum(w * (1.0 - p**k - (1.0 - p) ** k) for p, w in self.points)
+        for a, b, w in self.bins:
+            total += w * (1.0 - _uniform_power_mean(a, b, k) - _uniform_power_mean(1.0 - b, 1.0 - a, k))
+        return total
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        """``size`` pass rates drawn from the mixture (uniform inside the chosen bin)."""
+        lows = np.array([p for p, _ in self.points] + [a for a, _, _ in self.bins], dtype=np.float64)
+        highs = np.array([p for p, _ in self.points] + [b for _, b, _ in self.bins], dtype=np.float64)
+        weights = np.array([w for _, w in self.points] + [w for _, _, w in self.bins], dtype=np.float64)
+        component = rng.choice(len(weights), size=size, p=weights / weights.sum())
+        return lows[component] + (highs[component] - lows[component]) * rng.random(size)
+
+
+def _uniform_power_mean(a: float, b: float, k: int) -> float:
+    """E[x^k] for x ~ Uniform[a, b]."""
+    return (b ** (k + 1) - a ** (k + 1)) / ((k + 1) * (b - a))
+
+
+def parse_pass_histogram(histogram: dict[str, float]) -> PassRateDistribution:
+    """Parse the seed's pass@k histogram dict ('zeros', 'ones', 'a-b' keys) into a normalised distribution."""
+    points, bins = [], []
+    for key, mass in histogram.items():
+        mass = float(mass)
+        if not math.isfinite(mass) or mass < 0:
+            raise ValueError(f"pass histogram: mass of '{key}' must be finite and >= 0, got {mass}")
+        if key in ("zeros", "ones"):
+            points.append((0.0 if key == "zeros" else 1.0, mass))
+            continue
+        try:
+            a, b = (float(x) for x in key.split("-"))
+        except ValueError:
+            raise ValueError(f"pass histogram: key '{key}' is not 'zeros', 'ones' or a range 'a-b'") from None
+        if not 0.0 <= a < b <= 1.0:
+            raise ValueError(f"pass histogram: bin '{key}' must satisfy 0 <= a < b <= 1")
+        bins.append((a, b, mass))
+    edges = sorted((a, b) for a, b, _ in bins)
+    for (_, b0), (a1, _) in zip(edges, edges[1:], strict=False):
+        if a1 < b0:
+            raise ValueError(f"pass histogram: bins overlap around {a1}")
+    total = sum(w for _, w in points) + sum(w for _, _, w in bins)
+    if abs(total - 1.0) > MASS_TOLERANCE:
+        raise ValueError(f"pass histogram: masses sum to {total}, more than {MASS_TOLERANCE} away from 1")
+    return PassRateDistribution(
+        points=tuple((p, w / total) for p, w in points), bins=tuple((a, b, w / total) for a, b, w in bins)
+    )
+
+
+def load_pass_histogram(path: str | Path | None = None) -> PassRateDistribution:
+    """Read a JSON file holding the histogram dict, either bare or under a "histogram" key.
+    Default: the Qwen2.5-Math-1.5B pass@32 histogram from seed 002."""
+    with open(path or DEFAULT_HISTOGRAM) as f:
+        obj = json.load(f)
+    return parse_pass_histogram(obj.get("histogram", obj))
+
+
+def dapo_cost(dist: PassRateDistribution, N: int) -> float:
+    """Expected responses per training-ready group under DAPO dynamic sampling: N / keep_N."""
+    keep = dist.expected_keep(N)
+    return N / keep if keep > 0 else math.inf
+
+
+def two_phase_cost(dist: PassRateDistribution, n: int, N: int) -> float:
+    """Expected responses per training-ready group under two-phase sampling: n / keep_n + (N - n)."""
+    if not 1 <= n <= N:
+        raise ValueError(f"two_phase_cost needs 1 <= n <= N, got n={n}, N={N}")
+    keep = dist.expected_keep(n)
+    return n / keep + (N - n) if keep > 0 else math.inf
+
+
+def oracle_cost(N: int) -> float:
+    """An oracle that samples only mixed prompts spends exactly N responses per group."""
+    return float(N)
