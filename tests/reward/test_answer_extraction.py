@@ -1,0 +1,65 @@
+import random
+
+import pytest
+
+from verl_ext.reward.answer_extraction import last_boxed, last_pattern_match
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so the answer is \\boxed{42}.", "42"),
+        ("\\boxed{1} then \\boxed{2}", "2"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("$\\boxed{\\left(3, \\frac{\\pi}{2}\\right)}$", "\\left(3, \\frac{\\pi}{2}\\right)"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces do not close the box
+        ("\\boxed{a\\}b}", "a\\}b"),
+        ("\\fbox{7}", "7"),
+        ("\\boxed{3} and finally \\fbox{8}", "8"),
+        ("\\boxed 5$ done", "5"),
+        ("\\boxed  {12}", "12"),
+        ("\\boxed{}", ""),
+        ("no box here", None),
+        ("truncated \\boxed{\\frac{1}{2", None),  # an unclosed last box is no answer, not the previous box
+        ("\\boxed{1} then \\boxed{2", None),
+        ("\\boxedfoo{3}", None),  # another macro
+        ("\\boxedfoo{3} \\boxed{4}", "4"),
+        ("\\boxed{4} \\boxedfoo{3}", "4"),
+        ("", None),
+    ],
+)
+def test_last_boxed_table(text, expected):
+    assert last_boxed(text) == expected
+
+
+def _balanced(rng: random.Random, depth: int) -> str:
+    """A random brace-balanced LaTeX-ish string (escaped braces included) without any box command."""
+    parts = []
+    for _ in range(rng.randint(0, 4)):
+        kind = rng.random()
+        if kind < 0.3 and depth < 5:
+            parts.append("{" + _balanced(rng, depth + 1) + "}")
+        elif kind < 0.4:
+            parts.append(rng.choice(["\\{", "\\}", "\\\\"]))
+        else:
+            parts.append(rng.choice(["x", "1", "+", "\\frac", "\\sqrt", " ", "^", "_", "(", ")", ","]))
+    return "".join(parts)
+
+
+def test_last_boxed_random_nesting_against_construction():
+    # Reference by construction: the text is noise + \boxed{content} + box-free tail, so the answer is `content`.
+    rng = random.Random(0)
+    for _ in range(500):
+        content = _balanced(rng, 0)
+        noise = _balanced(rng, 0) + rng.choice(["", "\\boxed{9}", "\\fbox{zz}"])
+        tail = rng.choice(["", ".", " $.", " So done.", "}}"])
+        assert last_boxed(f"{noise} \\boxed{{{content}}}{tail}") == content
+
+
+def test_pattern_last_match_and_groups():
+    text = "Answer: 3\nwait\nAnswer: 17\n"
+    assert last_pattern_match(text, r"Answer:\s*([^\n]+)") == "17"
+    assert last_pattern_match(text, r"Answer:\s*\d+") == "Answer: 17"
+    assert last_pattern_match("nothing", r"Answer:\s*(\S+)") is None
+    with pytest.raises(ValueError, match="invalid answer_pattern"):
+        last_pattern_match(text, r"Answer:(")
