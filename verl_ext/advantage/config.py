@@ -1,0 +1,273 @@
+"""Advantage-pipeline settings read from verl's `algorithm` config section.
+
+verl passes `config.algorithm` to estimators as an OmegaConf DictConfig (the legacy and V1 trainers both do);
+AlgoConfig dataclasses and plain dicts are read the same way. The keys live flat under `algorithm` and are new to
+verl, so on the command line they need a `+` (`+algorithm.gtpo_beta=0.2`, `+algorithm.sepa.schedule=auto`), or a
+recipe merges advantage.yaml (beside this file, every key documented) under `algorithm`.
+
+Which keys count depends on `algorithm.adv_estimator`:
+- `maxrl`: MaxRL episode advantages broadcast over tokens; no transform.
+- `gtpo`, `gtpo_hicra`, `gtpo_sepa`: `advantage_mode` (default maxrl) then that transform.
+- `composable`: `advantage_mode` + `transform_mode`, or `algorithm_mode`, which wins over both.
+A key that contradicts the estimator (e.g. `transform_mode=gtpo_hicra` with `adv_estimator=gtpo`, or
+`transform_mode=gtpo` with verl's `grpo`, which would silently ignore it) is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from verl_ext.advantage.gram_match import parse_grams
+from verl_ext.advantage.plugins import Plugin, load_context_plugin, load_episode_plugin, load_uncertainty_plugin
+from verl_ext.advantage.sepa_schedule import SCHEDULES
+from verl_ext.advantage.uncertainty import KIND_ALIASES, canonical_kind
+
+ADVANTAGE_YAML = Path(__file__).with_name("advantage.yaml")
+
+ESTIMATORS = ("maxrl", "gtpo", "gtpo_hicra", "gtpo_sepa", "composable")
+TOKEN_ESTIMATORS = ("gtpo", "gtpo_hicra", "gtpo_sepa", "composable")
+EPISODE_MODES = ("grpo", "maxrl")
+TRANSFORM_MODES = ("none", "gtpo", "gtpo_hicra", "gtpo_sepa")
+_KEYS = (
+    "advantage_mode",
+    "transform_mode",
+    "algorithm_mode",
+    "uncertainty_kind",
+    "gtpo_beta",
+    "hicra_alpha",
+    "sepa",
+    "strategic_grams",
+    "advantage_params",
+    "transform_params",
+)
+# Prefixes of this package's keys: another key with one of them is most likely a typo of ours.
+_OUR_PREFIXES = ("advantage_", "transform_", "algorithm_mode", "uncertainty", "gtpo", "hicra", "sepa", "strategic")
+
+
+@dataclass(frozen=True)
+class SepaConfig:
+    steps: int = 500
+    schedule: str = "linear"
+    delay_steps: int = 50
+    correct_rate_gate: float = 0.1
+
+
+_SEPA_KEYS = tuple(f.name for f in fields(SepaConfig))
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    adv_estimator: str | None = None
+    advantage_mode: str = "maxrl"
+    transform_mode: str = "none"
+    algorithm_mode: str | None = None
+    uncertainty_kind: str = "surprisal"
+    gtpo_beta: float = 0.1
+    hicra_alpha: float = 0.2
+    sepa: SepaConfig = field(default_factory=SepaConfig)
+    strategic_grams: tuple[str, ...] = parse_grams(None)
+    advantage_params: Mapping[str, Any] = field(default_factory=dict)
+    transform_params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_algorithm(cls, cfg: Any, adv_estimator: str | None = None) -> AdvantageConfig:
+        """Read and validate (plugins are imported and their signatures checked). ValueError on bad input.
+
+        cfg: verl's `algorithm` section (DictConfig, AlgoConfig, dict) or None for all defaults.
+        adv_estimator: overrides `cfg.adv_estimator` (estimators pass their own name).
+        """
+        raw = _plain(cfg)
+        _reject_lookalike_keys(raw)
+        sepa = _sepa_config(raw.get("sepa"))
+        values = dict(
+            adv_estimator=adv_estimator if adv_estimator is not None else raw.get("adv_estimator"),
+            advantage_mode=raw.get("advantage_mode") or "maxrl",
+            transform_mode=raw.get("transform_mode") or "none",
+            algorithm_mode=raw.get("algorithm_mode") or None,
+            uncertainty_kind=canonical_kind(raw.get("uncertainty_kind") or "surprisal"),
+            gtpo_beta=_number(raw.get("gtpo_beta"), 0.1, "gtpo_beta"),
+            hicra_alpha=_number(raw.get("hicra_alpha"), 0.2, "hicra_alpha"),
+            sepa=sepa,
+            strategic_grams=parse_grams(raw.get("strategic_grams")),
+            advantage_params=_params(raw.get("advantage_params"), "advantage_params"),
+            transform_params=_params(raw.get("transform_params"), "transform_params"),
+        )
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        _check_mode(self.advantage_mode, EPISODE_MODES, "advantage_mode")
+        _check_mode(self.transform_mode, TRANSFORM_MODES, "transform_mode")
+        if self.gtpo_beta < 0:
+            raise ValueError(f"gtpo_beta must be >= 0, got {self.gtpo_beta}")
+        if not 0.0 <= self.hicra_alpha <= 1.0:
+            raise ValueError(
+                f"hicra_alpha must be in [0, 1], got {self.hicra_alpha} (above 1 it flips the sign of negative "
+                "advantages on planning tokens)"
+            )
+        s = self.sepa
+        if s.schedule not in SCHEDULES:
+            raise ValueError(f"sepa.schedule must be one of {SCHEDULES}, got {s.schedule!r}")
+        if s.steps < 0 or s.delay_steps < 0:
+            raise ValueError(f"sepa.steps and sepa.delay_steps must be >= 0, got {s.steps}, {s.delay_steps}")
+        if not 0.0 <= s.correct_rate_gate <= 1.0:
+            raise ValueError(f"sepa.correct_rate_gate must be in [0, 1], got {s.correct_rate_gate}")
+        self._check_estimator()
+        self.plugins()  # imports each plugin and checks its signature now, not inside a Ray worker
+
+    def _check_estimator(self) -> None:
+        est = self.adv_estimator
+        transform_set = self.transform_mode != "none"
+        if est is None or est == "composable":
+            return
+        if est == "maxrl":
+            if self.advantage_mode != "maxrl" or transform_set or self.algorithm_mode:
+                raise ValueError(
+                    "adv_estimator=maxrl takes no advantage_mode/transform_mode/algorithm_mode; use "
+                    "adv_estimator=composable to combine them"
+                )
+        elif est in TOKEN_ESTIMATORS:
+            if transform_set and self.transform_mode != est:
+                raise ValueError(
+                    f"adv_estimator={est} contradicts transform_mode={self.transform_mode}; drop transform_mode or "
+                    "use adv_estimator=composable"
+                )
+            if self.algorithm_mode:
+                raise ValueError(f"algorithm_mode is used only by adv_estimator=composable, not {est}")
+        elif transform_set or self.algorithm_mode or self.advantage_mode not in EPISODE_MODES:
+            raise ValueError(
+                f"transform_mode/algorithm_mode/a plugin advantage_mode have no effect with adv_estimator={est}; use "
+                f"one of {ESTIMATORS} (e.g. adv_estimator=composable advantage_mode=grpo transform_mode=gtpo)"
+            )
+
+    # What the selected estimator computes -------------------------------------------------------------------
+    @property
+    def effective_transform(self) -> str:
+        """The transform the estimator applies ("none" for maxrl and for algorithm_mode)."""
+        est = self.adv_estimator
+        if est == "maxrl" or self.algorithm_mode:
+            return "none"
+        if est in ("gtpo", "gtpo_hicra", "gtpo_sepa"):
+            return est
+        return self.transform_mode
+
+    @property
+    def effective_episode_mode(self) -> str:
+        return "maxrl" if self.adv_estimator == "maxrl" else self.advantage_mode
+
+    def plugins(self) -> list[Plugin]:
+        """The plugins the estimator calls (loaded and checked)."""
+        out = []
+        if self.algorithm_mode:
+            out.append(load_context_plugin(self.algorithm_mode, "algorithm_mode"))
+        else:
+            if self.effective_episode_mode not in EPISODE_MODES:
+                out.append(load_episode_plugin(self.effective_episode_mode))
+            if self.effective_transform not in TRANSFORM_MODES:
+                out.append(load_context_plugin(self.effective_transform, "transform_mode"))
+        if self.uncertainty_kind not in KIND_ALIASES.values() and self.needs_log_probs:
+            out.append(load_uncertainty_plugin(self.uncertainty_kind))
+        return out
+
+    @property
+    def needs_log_probs(self) -> bool:
+        """Token-level: old_log_probs must be passed."""
+        return bool(self.algorithm_mode) or self.effective_transform != "none"
+
+    @property
+    def needs_entropys(self) -> bool:
+        """The trainer must have the actor compute per-token entropies and keep them."""
+        if not self.needs_log_probs:
+            return False
+        return self.uncertainty_kind == "shannon_entropy" or any(p.needs_entropy for p in self.plugins())
+
+    @property
+    def needs_planning(self) -> bool:
+        """Planning masks must be passed, or a tokenizer and the response ids to detect them."""
+        return self.effective_transform in ("gtpo_hicra", "gtpo_sepa") or any(p.needs_planning for p in self.plugins())
+
+    @property
+    def uses_sepa(self) -> bool:
+        """A `sepa_lambda` must be passed (from the trainer's SepaController)."""
+        return self.effective_transform == "gtpo_sepa" or any(p.uses_sepa_controller for p in self.plugins())
+
+
+def validate_algorithm_config(cfg: Any) -> AdvantageConfig | None:
+    """Check verl's `algorithm` section before Ray starts. The AdvantageConfig if adv_estimator is one of this
+    package's estimators, else None (after checking that no key of ours would be silently ignored)."""
+    config = AdvantageConfig.from_algorithm(cfg)
+    return config if config.adv_estimator in ESTIMATORS else None
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    """A plain dict from a DictConfig, an AlgoConfig-like Mapping, a dict or None."""
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # omegaconf is a dependency, but plain dicts need nothing else
+        pass
+    if isinstance(cfg, Mapping):
+        return {k: cfg[k] for k in cfg}
+    raise ValueError(f"expected verl's algorithm config (DictConfig, dict or AlgoConfig), got {type(cfg).__name__}")
+
+
+def _sepa_config(raw: Any) -> SepaConfig:
+    if raw is None:
+        return SepaConfig()
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"algorithm.sepa must be a mapping of {_SEPA_KEYS}, got {raw!r}")
+    unknown = set(raw) - set(_SEPA_KEYS)
+    if unknown:
+        raise ValueError(f"algorithm.sepa: unknown keys {sorted(unknown)}; known: {list(_SEPA_KEYS)}")
+    d = SepaConfig()
+    return SepaConfig(
+        steps=_integer(raw.get("steps"), d.steps, "sepa.steps"),
+        schedule=raw.get("schedule") or d.schedule,
+        delay_steps=_integer(raw.get("delay_steps"), d.delay_steps, "sepa.delay_steps"),
+        correct_rate_gate=_number(raw.get("correct_rate_gate"), d.correct_rate_gate, "sepa.correct_rate_gate"),
+    )
+
+
+def _reject_lookalike_keys(raw: Mapping[str, Any]) -> None:
+    for key in raw:
+        if key not in _KEYS and isinstance(key, str) and key.startswith(_OUR_PREFIXES):
+            raise ValueError(
+                f"unknown key algorithm.{key}; the advantage pipeline reads {list(_KEYS)} (see {ADVANTAGE_YAML.name})"
+            )
+
+
+def _check_mode(mode: str, builtins: tuple[str, ...], key: str) -> None:
+    if not isinstance(mode, str) or (mode not in builtins and "." not in mode):
+        raise ValueError(f"unknown {key} {mode!r}: use one of {list(builtins)} or a dotted path 'pkg.module.fn'")
+
+
+def _number(value: Any, default: float, key: str) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, default: int, key: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _params(value: Any, key: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{key} must be a mapping of plugin parameters, got {value!r}")
+    return dict(value)

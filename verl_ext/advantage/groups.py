@@ -1,0 +1,36 @@
+"""Prompt groups: verl's `index` (one uid per response, the G responses of a prompt share it) as group ids.
+
+All per-group statistics in this package are computed for the whole batch at once from these ids with
+`index_add_` / `scatter_reduce_`, never by looping over groups in Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def group_ids(index, batch_size: int) -> tuple[torch.Tensor, int]:
+    """(LongTensor (bs,) of group ids 0..G-1, G) from an array of uids (strings, ints, anything sortable)."""
+    if index is None:
+        raise ValueError("advantage estimators need `index` (the uid of each response's prompt), got None")
+    uids = np.asarray(index)
+    if uids.ndim != 1 or uids.shape[0] != batch_size:
+        raise ValueError(f"index must be a 1-D array with one uid per response ({batch_size}), got shape {uids.shape}")
+    _, inverse = np.unique(uids, return_inverse=True)
+    inverse = inverse.reshape(-1).astype(np.int64)
+    return torch.from_numpy(inverse), int(inverse.max()) + 1 if batch_size else 0
+
+
+def group_mean(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """(G,) mean of `values` (bs,) within each group."""
+    sums = torch.zeros(n_groups, dtype=values.dtype).index_add_(0, gid, values)
+    counts = torch.zeros(n_groups, dtype=values.dtype).index_add_(0, gid, torch.ones_like(values))
+    return sums / counts
+
+
+def group_range(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """(G,) max - min of `values` (bs,) within each group."""
+    high = torch.full((n_groups,), -torch.inf, dtype=values.dtype).scatter_reduce_(0, gid, values, "amax")
+    low = torch.full((n_groups,), torch.inf, dtype=values.dtype).scatter_reduce_(0, gid, values, "amin")
+    return high - low

@@ -1,0 +1,25 @@
+"""HICRA: hierarchy-aware credit assignment, planning tokens get amplified credit (Wang et al., arXiv 2509.03646).
+
+Formula, per token: `A_t <- A_t + alpha * |A_t| * plan_t`. A positive advantage on a planning token becomes
+A (1 + alpha), a negative one A (1 - alpha): planning tokens of good responses are pushed up more and those of bad
+responses are pushed down less. With 0 <= alpha <= 1 the sign is kept. Applied after GTPO weighting.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def hicra(token_advantages: torch.Tensor, planning: torch.Tensor, alpha: float) -> torch.Tensor:
+    """A (bs, T) with planning tokens (bool or 0/1 (bs, T)) amplified."""
+    return token_advantages + alpha * token_advantages.abs() * planning.to(token_advantages.dtype)
+
+
+def hicra_factor_(planning: torch.Tensor, episode_advantages: torch.Tensor, alpha: float) -> torch.Tensor:
+    """In place: planning (float 0/1, (bs, T)) becomes the factor `1 + alpha * sign(A_i) * plan_t`.
+
+    A_t * factor equals `hicra(A_t)` whenever A_t has the sign of its response's A_i (true after GTPO, whose
+    weights are >= 0): one pass over a tensor the caller no longer needs, instead of three fresh ones.
+    """
+    row = (alpha * torch.sign(episode_advantages)).to(planning.dtype).unsqueeze(-1)
+    return torch.addcmul(torch.ones((), dtype=planning.dtype), planning, row, out=planning)

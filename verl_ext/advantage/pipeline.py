@@ -1,0 +1,242 @@
+"""The composable advantage pipeline (retrain's, ALGORITHMS.md sections 1-3), for a whole batch at once.
+
+    rewards (sum of token_level_rewards) -> episode advantages (grpo | maxrl | plugin)
+      -> uninformative groups zeroed (and counted)
+      -> transform "none": broadcast over the response's tokens
+         built-in: u (uncertainty_kind) -> SEPA pooling (gtpo_sepa) -> GTPO weighting -> HICRA (gtpo_hicra)
+         plugin: fn(TransformContext)
+    or algorithm_mode: fn(AlgorithmContext) does everything (the uninformative rule included, if it wants it).
+Output: (bs, T) token advantages, zero on padding. Metrics (when a dict is given), all floats:
+    adv/correct_rate, adv/skipped_all_correct, adv/skipped_all_wrong      always
+    adv/sepa_lambda                                                         when SEPA is used
+    adv/planning_token_frac                                                 when a planning mask is known
+    adv/{exec,plan}_u_{mean,var}_{before,after}                              token-level transforms
+    adv/<key>                                                               a plugin's TransformOutput.extra_metrics
+"before" is u as computed, "after" is the u GTPO weights by (after SEPA pooling; equal to before otherwise, and
+for plugins, whose use of u the pipeline does not see).
+Means and (population) variances pool all masked-in execution (planning mask 0) or planning tokens of the batch;
+without a planning mask every token counts as execution; an empty set reports 0.
+`adv/exec_u_var_before` and `adv/correct_rate` are what SepaController.observe takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+import torch
+
+from verl_ext.advantage.config import TRANSFORM_MODES, AdvantageConfig
+from verl_ext.advantage.grpo import grpo_advantages
+from verl_ext.advantage.groups import group_ids
+from verl_ext.advantage.gtpo import gtpo_advantages_
+from verl_ext.advantage.hicra import hicra_factor_
+from verl_ext.advantage.maxrl import maxrl_advantages
+from verl_ext.advantage.plugins import (
+    AlgorithmContext,
+    TransformContext,
+    load_context_plugin,
+    load_episode_plugin,
+    load_uncertainty_plugin,
+    run_episode_plugin,
+    run_uncertainty_plugin,
+    token_advantages_from,
+)
+from verl_ext.advantage.sepa import sepa_pool_
+from verl_ext.advantage.uncertainty import KIND_ALIASES, U_CAP, builtin_uncertainty
+from verl_ext.advantage.uninformative import CORRECT_THRESHOLD, uninformative_groups
+
+_EPISODE_FNS = {"grpo": grpo_advantages, "maxrl": maxrl_advantages}
+
+
+def compute_advantages(
+    config: AdvantageConfig,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index,
+    *,
+    old_log_probs: torch.Tensor | None = None,
+    entropys: torch.Tensor | None = None,
+    planning_mask: torch.Tensor | None = None,
+    step: int = 0,
+    sepa_lambda: float | None = None,
+    metrics: MutableMapping[str, float] | None = None,
+) -> torch.Tensor:
+    """Token advantages (bs, T) in token_level_rewards' dtype. ValueError if an input the config needs is missing."""
+    require_inputs(config, old_log_probs, entropys, planning_mask, sepa_lambda)
+    bs, T = response_mask.shape
+    if token_level_rewards.shape != (bs, T):
+        raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask {(bs, T)} differ")
+    # float32 per-response sum first (exact for outcome rewards), float64 for the per-group statistics
+    rewards = token_level_rewards.sum(dim=-1).double()
+    gid, n_groups = group_ids(index, bs)
+    flat, n_all_correct, n_all_wrong = uninformative_groups(rewards, gid, n_groups)
+    out: dict[str, float] = {
+        "adv/correct_rate": float((rewards > CORRECT_THRESHOLD).double().mean()) if bs else 0.0,
+        "adv/skipped_all_correct": float(n_all_correct),
+        "adv/skipped_all_wrong": float(n_all_wrong),
+    }
+    if config.uses_sepa:
+        out["adv/sepa_lambda"] = min(max(float(sepa_lambda), 0.0), 1.0)
+
+    if config.algorithm_mode:
+        advantages = _algorithm_plugin(config, rewards, gid, index, response_mask, old_log_probs, entropys,
+                                       planning_mask, step, sepa_lambda, out)
+    else:
+        episode = _episode_advantages(config, rewards, gid, n_groups)
+        episode = torch.where(flat, 0.0, episode).to(token_level_rewards.dtype)
+        if config.effective_transform == "none":
+            advantages = episode.unsqueeze(-1) * response_mask  # as verl's grpo_vectorized: one fresh (bs, T) tensor
+        else:
+            advantages = _token_advantages(config, episode, response_mask, old_log_probs, entropys, planning_mask,
+                                           gid, step, sepa_lambda, out, with_stats=metrics is not None)
+    if metrics is not None:
+        metrics.update(out)
+    return advantages.to(token_level_rewards.dtype)
+
+
+def _token_advantages(config, episode, response_mask, old_log_probs, entropys, planning_mask, gid, step,
+                      sepa_lambda, out, with_stats: bool) -> torch.Tensor:
+    """u -> SEPA -> GTPO -> HICRA, or a transform plugin. Fresh (bs, T) tensors cost far more than in-place passes
+    on CPU (page faults), so this works in place on three: the mask m, the planning mask p (float 0/1) and u, which
+    becomes the weights and then the advantages."""
+    transform = config.effective_transform
+    m = response_mask.to(torch.float32)
+    p = None if planning_mask is None else planning_mask.to(torch.float32).mul_(m)
+    u = _uncertainty(config, old_log_probs, entropys, response_mask, m)
+    n_tokens = float(m.sum(dim=-1).double().sum())
+    if p is not None:
+        out["adv/planning_token_frac"] = float(p.sum(dim=-1).double().sum()) / max(n_tokens, 1.0)
+    before = after = _uncertainty_sums(u, p) if with_stats else None
+    if transform not in TRANSFORM_MODES:
+        advantages = _transform_plugin(config, transform, episode, old_log_probs, u, response_mask, p, gid,
+                                       entropys, step, sepa_lambda, out)  # "after" = "before": u not transformed
+    else:
+        if transform == "gtpo_sepa":
+            sepa_pool_(u, p, m, sepa_lambda)  # consumes p; planning tokens keep their u, so their sums too
+            if with_stats:
+                after = _uncertainty_sums(u, None)[:2] + before[2:]
+        builtin_u = config.uncertainty_kind in KIND_ALIASES.values()  # >= 0 by construction
+        advantages = gtpo_advantages_(u, m, config.gtpo_beta, episode, nonnegative=builtin_u)
+        if transform == "gtpo_hicra":
+            advantages.mul_(hicra_factor_(p, episode, config.hicra_alpha))
+        advantages.mul_(m)
+    if with_stats:
+        _emit_uncertainty_stats(out, "before", n_tokens, before)
+        _emit_uncertainty_stats(out, "after", n_tokens, after)
+    return advantages
+
+
+TRAINER_HINT = (
+    "verl's stock RayPPOTrainer passes only rewards and masks to advantage estimators; run with the project's "
+    "trainer verl_ext.trainer.ExtRayPPOTrainer, which passes them"
+)
+
+
+def require_inputs(config: AdvantageConfig, old_log_probs, entropys, planning_mask, sepa_lambda) -> None:
+    """Raise a ValueError naming what is missing for this config and which trainer provides it."""
+    name = f"adv_estimator={config.adv_estimator}" if config.adv_estimator else "the advantage pipeline"
+    missing = []
+    if config.needs_log_probs and old_log_probs is None:
+        missing.append("old_log_probs")
+    if config.needs_entropys and entropys is None:
+        missing.append(f"entropys (uncertainty_kind={config.uncertainty_kind}; never replaced by surprisal)")
+    if config.needs_planning and planning_mask is None:
+        missing.append("planning_mask (or `tokenizer` and `responses` to detect it)")
+    if config.uses_sepa and sepa_lambda is None:
+        missing.append("sepa_lambda (the SEPA schedule state lives in the trainer's SepaController)")
+    if missing:
+        raise ValueError(f"{name} needs {', '.join(missing)}. {TRAINER_HINT}.")
+
+
+def _lambda(sepa_lambda: float | None) -> float:
+    return 0.0 if sepa_lambda is None else float(sepa_lambda)
+
+
+def _algorithm_plugin(config, rewards, gid, index, response_mask, old_log_probs, entropys, planning_mask, step,
+                      sepa_lambda, out) -> torch.Tensor:
+    mask = response_mask.bool()
+    planning = None if planning_mask is None else planning_mask.bool() & mask
+    m = response_mask.to(torch.float32)
+    u = _uncertainty(config, old_log_probs, entropys, response_mask, m)
+    n_tokens = float(m.sum(dim=-1).double().sum())
+    p = None if planning is None else planning.to(torch.float32)
+    if p is not None:
+        out["adv/planning_token_frac"] = float(p.sum(dim=-1).double().sum()) / max(n_tokens, 1.0)
+    before = _uncertainty_sums(u, p)
+    _emit_uncertainty_stats(out, "before", n_tokens, before)
+    _emit_uncertainty_stats(out, "after", n_tokens, before)
+    ctx = AlgorithmContext(
+        rewards, gid, index, old_log_probs, u, mask, planning, entropys, _lambda(sepa_lambda), step,
+        config.gtpo_beta, config.hicra_alpha, config.advantage_params, config.transform_params,
+    )
+    plugin = load_context_plugin(config.algorithm_mode, "algorithm_mode")
+    advantages, extra = token_advantages_from(plugin.fn(ctx), mask, f"algorithm_mode={plugin.path!r}")
+    out.update({f"adv/{k}": v for k, v in extra.items()})
+    return advantages
+
+
+def _transform_plugin(config, transform, episode, old_log_probs, u, response_mask, p, gid, entropys, step,
+                      sepa_lambda, out) -> torch.Tensor:
+    mask = response_mask.bool()
+    planning = None if p is None else p.bool()
+    ctx = TransformContext(
+        episode, old_log_probs, u, mask, planning, gid, entropys, _lambda(sepa_lambda), step,
+        config.gtpo_beta, config.hicra_alpha, config.transform_params,
+    )
+    plugin = load_context_plugin(transform, "transform_mode")
+    advantages, extra = token_advantages_from(plugin.fn(ctx), mask, f"transform_mode={plugin.path!r}")
+    out.update({f"adv/{k}": v for k, v in extra.items()})
+    return advantages
+
+
+def _episode_advantages(config: AdvantageConfig, rewards, gid, n_groups) -> torch.Tensor:
+    mode = config.effective_episode_mode
+    if mode in _EPISODE_FNS:
+        return _EPISODE_FNS[mode](rewards, gid, n_groups)
+    return run_episode_plugin(load_episode_plugin(mode), rewards, gid, n_groups, config.advantage_params)
+
+
+def _uncertainty(config: AdvantageConfig, log_probs, entropys, response_mask, m) -> torch.Tensor:
+    """u (bs, T), a fresh float32 tensor, capped at U_CAP, 0 on padding."""
+    kind = config.uncertainty_kind
+    if kind in KIND_ALIASES.values():
+        return builtin_uncertainty(kind, log_probs, entropys).mul_(m)
+    plugin = load_uncertainty_plugin(kind)
+    u = run_uncertainty_plugin(plugin, log_probs, entropys, response_mask, config.transform_params)
+    u = torch.where(response_mask.bool(), u.float(), 0.0)
+    if not torch.isfinite(u).all():
+        raise ValueError(f"uncertainty_kind={kind!r} returned non-finite values on response tokens")
+    return u.clamp_(max=U_CAP)
+
+
+_STATS_CHUNK = 1 << 18  # elements per chunk: big enough for BLAS, small enough to stay in cache
+
+
+def _uncertainty_sums(u: torch.Tensor, p: torch.Tensor | None) -> tuple[float, float, float, float, float]:
+    """(sum, sum of squares) of u over all tokens, and (count, sum, sum of squares) over planning tokens.
+
+    u is 0 on padding, so sums over everything are sums over masked-in tokens; p (float 0/1) marks planning tokens.
+    Dot products over row chunks in float32, totals in float64, and no fresh (bs, T) tensor.
+    """
+    total = total_sq = plan_n = plan_sum = plan_sq = 0.0
+    rows = max(1, _STATS_CHUNK // max(u.shape[1], 1))
+    for r in range(0, u.shape[0], rows):
+        uc = u[r : r + rows].reshape(-1)
+        total += float(uc.sum())
+        total_sq += float(torch.dot(uc, uc))
+        if p is not None:
+            pc = p[r : r + rows].reshape(-1)
+            plan_n += float(pc.sum())
+            plan_sum += float(torch.dot(uc, pc))
+            plan_sq += float(torch.dot(uc * pc, uc))
+    return total, total_sq, plan_n, plan_sum, plan_sq
+
+
+def _emit_uncertainty_stats(out: dict, tag: str, n_tokens: float, sums: tuple) -> None:
+    """Pooled mean and population variance over execution and planning tokens (see module docstring)."""
+    total, total_sq, plan_n, plan_sum, plan_sq = sums
+    sets = (("exec", n_tokens - plan_n, total - plan_sum, total_sq - plan_sq), ("plan", plan_n, plan_sum, plan_sq))
+    for name, n, s, sq in sets:
+        mean = s / n if n else 0.0
+        out[f"adv/{name}_u_mean_{tag}"] = mean
+        out[f"adv/{name}_u_var_{tag}"] = max(sq / n - mean * mean, 0.0) if n else 0.0
