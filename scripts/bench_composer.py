@@ -1,0 +1,161 @@
+"""Benchmark for the Composer recipe's pure parts.
+
+Section 1 (measured here): generalized_jsd_loss, chunked (verl_ext.composer) vs an unchunked dense autograd
+implementation (TRL / OPSD style), forward + backward, at a 150k vocabulary. For each (implementation, token count)
+a fresh subprocess builds the inputs (student logits with grad, teacher logits without), records its resident set
+size, resets the kernel's peak-RSS counter (/proc/self/clear_refs), runs forward + backward once and reads the peak
+(VmHWM). "extra peak" = peak - RSS with the inputs allocated, i.e. what the loss itself costs, the gradient of the
+student logits (tokens x vocab, needed by both) included. Another fresh subprocess times `--reps` forward + backward
+runs after a warm-up (median).
+Goal: extra peak of the chunked form at least 4x lower than the dense one.
+
+Section 2 (NOT measured here): the per-channel step-cost ratios of issue 6 (SDPO's extra forward passes and the
+trace-replay channel vs a plain GRPO step on the same batch) need the recipe/composer trainer; the lead fills them in.
+
+    .venv/bin/python scripts/bench_composer.py                      # vocab 150000, 256 and 512 tokens
+    .venv/bin/python scripts/bench_composer.py --tokens 256 512 1024 --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def dense_jsd(student, teacher, beta, temperature=1.0):
+    """Unchunked reference: the whole (tokens x vocab) computation in one autograd graph (batchmean)."""
+    s = F.log_softmax(student / temperature, dim=-1)
+    t = F.log_softmax(teacher / temperature, dim=-1)
+    b = torch.tensor(beta, dtype=s.dtype)
+    m = torch.logsumexp(torch.stack([s + torch.log(1 - b), t + torch.log(b)]), dim=0)
+    kl_t = F.kl_div(m, t, reduction="none", log_target=True)
+    kl_s = F.kl_div(m, s, reduction="none", log_target=True)
+    jsd = b * kl_t + (1 - b) * kl_s
+    return jsd.sum() / student.shape[0]
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def worker(impl: str, measure: str, n_tokens: int, vocab: int, beta: float, chunk_size: int | None, reps: int) -> dict:
+    from verl_ext.composer import generalized_jsd_loss
+
+    torch.manual_seed(0)
+    student = (torch.randn(n_tokens, vocab) * 2).requires_grad_(True)
+    teacher = torch.randn(n_tokens, vocab) * 2
+
+    def step():
+        if impl == "dense":
+            loss = dense_jsd(student, teacher, beta)
+        else:
+            loss = generalized_jsd_loss(student, teacher, beta=beta, chunk_size=chunk_size)
+        loss.backward()
+        value = loss.item()
+        student.grad = None
+        return value
+
+    if measure == "time":
+        step()  # warm-up
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        return {"time_s": statistics.median(times)}
+
+    baseline_kib = _status_kib("VmRSS")
+    exact = _reset_peak()
+    if not exact:  # no clear_refs: the lifetime peak, which the inputs already set, is the best we have
+        baseline_kib = max(baseline_kib, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    value = step()
+    peak_kib = _status_kib("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "loss": value,
+        "inputs_mib": 2 * n_tokens * vocab * 4 / 2**20,
+        "extra_peak_mib": (peak_kib - baseline_kib) / 1024,
+        "peak_exact": exact,
+    }
+
+
+def run_in_subprocess(args, impl: str, measure: str, n_tokens: int) -> dict:
+    cmd = [
+        sys.executable, __file__, "--worker", impl, "--measure", measure, "--tokens", str(n_tokens),
+        "--vocab", str(args.vocab), "--beta", str(args.beta), "--reps", str(args.reps),
+    ]
+    if args.chunk_size:
+        cmd += ["--chunk-size", str(args.chunk_size)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if measure == "mem":
+        # A fixed mmap threshold turns off glibc's dynamic one, so every block above 128 KiB is mmap'ed and unmapped
+        # on free: RSS then follows live tensor memory instead of keeping freed chunks in the heap. It slows
+        # allocation down, so timings run in a separate process with the default allocator.
+        env["MALLOC_MMAP_THRESHOLD_"] = "131072"
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vocab", type=int, default=150_000)
+    parser.add_argument("--tokens", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--beta", type=float, default=0.5)
+    parser.add_argument("--chunk-size", type=int, default=None, help="tokens per chunk (default: about 2**22 logits)")
+    parser.add_argument("--reps", type=int, default=3, help="timed forward+backward runs (median), after a warm-up")
+    parser.add_argument("--worker", choices=["dense", "chunked"], help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=["mem", "time"], default="mem", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        result = worker(args.worker, args.measure, args.tokens[0], args.vocab, args.beta, args.chunk_size, args.reps)
+        print(json.dumps(result))
+        return
+
+    from verl_ext.composer.jsd import _DEFAULT_CHUNK_ELEMENTS
+
+    chunk = args.chunk_size or max(1, _DEFAULT_CHUNK_ELEMENTS // args.vocab)
+    print(f"== 1. generalized_jsd_loss forward+backward, vocab {args.vocab}, beta {args.beta}, fp32, "
+          f"chunk {chunk} tokens, torch threads {torch.get_num_threads()} ==")
+    header = f"{'tokens':>7} {'inputs MiB':>11} {'dense extra MiB':>16} {'chunked extra MiB':>18} {'mem ratio':>10} " \
+             f"{'dense s':>8} {'chunked s':>10} {'time ratio':>11} {'|dloss|':>9}"
+    print(header)
+    for n in args.tokens:
+        dense = run_in_subprocess(args, "dense", "mem", n) | run_in_subprocess(args, "dense", "time", n)
+        chunked = run_in_subprocess(args, "chunked", "mem", n) | run_in_subprocess(args, "chunked", "time", n)
+        ratio = dense["extra_peak_mib"] / max(chunked["extra_peak_mib"], 1e-9)
+        print(f"{n:>7} {dense['inputs_mib']:>11.0f} {dense['extra_peak_mib']:>16.0f} {chunked['extra_peak_mib']:>18.0f} "
+              f"{ratio:>9.1f}x {dense['time_s']:>8.2f} {chunked['time_s']:>10.2f} "
+              f"{chunked['time_s'] / dense['time_s']:>10.2f}x {abs(dense['loss'] - chunked['loss']):>9.1e}")
+        if not (dense["peak_exact"] and chunked["peak_exact"]):
+            print("   (peak from ru_maxrss: /proc/self/clear_refs unavailable, numbers are upper bounds)")
+    print("   extra = peak RSS during one forward+backward minus RSS with the inputs allocated; "
+          "both include the tokens x vocab gradient. Goal: mem ratio >= 4x.")
+    print()
+    print("== 2. per-channel step cost vs plain GRPO (SDPO forward passes, trace-replay) ==")
+    print("   NOT MEASURED: needs the recipe/composer trainer (lead fills in this section).")
+
+
+if __name__ == "__main__":
+    main()

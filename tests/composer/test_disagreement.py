@@ -1,0 +1,96 @@
+"""Teacher disagreement -> DPO pairs: rule tables, provenance, JSONL writer and reader."""
+
+import json
+
+import pytest
+
+from verl_ext.composer import DisagreementConfig, PairReader, PairWriter, StepRecord, extract_pairs, pair_from_step
+
+MAJORITY = DisagreementConfig()
+ANY = DisagreementConfig(rule="any_differs")
+
+
+def step(student, *answers, names="abcd"):
+    return StepRecord("tr", 3, student, dict(zip(names, answers)), prompt=[{"role": "user", "content": "s"}])
+
+
+# (student, teacher answers, majority-rule chosen or None, any_differs chosen or None)
+TABLE = [
+    ("ls", ("cat f", "cat f", "pwd"), "cat f", "cat f"),  # 2 of 3 agree on X != student
+    ("ls", ("cat f", "cat f", "cat f"), "cat f", "cat f"),  # all agree on X != student
+    ("ls", ("cat f", "pwd", "rm x"), None, "cat f"),  # all disagree: majority skips; any_differs: earliest wins
+    ("ls", ("ls", "ls", "ls"), None, None),  # all agree with the student
+    ("ls", ("ls", "ls", "pwd"), None, "pwd"),  # majority agrees with the student
+    ("ls", ("ls", "pwd", "pwd"), "pwd", "pwd"),  # majority against the student
+    ("ls", ("cat f", None, "cat f"), "cat f", "cat f"),  # a failed teacher is ignored
+    ("ls", ("cat f", None, None), None, "cat f"),  # one answer cannot make a majority of 2
+    ("ls", (None, None, None), None, None),  # no answers
+    ("LS ", ("ls", "  ls", "Ls"), None, None),  # normalisation: case and whitespace
+    ("ls", ("a", "a", "b", "b"), None, "a"),  # two answers tie at the threshold: ambiguous under majority
+    ("ls", ("a", "b", "b", "ls"), "b", "b"),  # any_differs picks the most supported differing answer
+]
+
+
+@pytest.mark.parametrize("student,answers,majority,any_differs", TABLE)
+def test_rule_table(student, answers, majority, any_differs):
+    got_majority = pair_from_step(step(student, *answers), MAJORITY)
+    got_any = pair_from_step(step(student, *answers), ANY)
+    assert (got_majority and got_majority.chosen) == majority
+    assert (got_any and got_any.chosen) == any_differs
+    for pair in (got_majority, got_any):
+        if pair is not None:
+            assert pair.rejected == student
+
+
+def test_min_agree_threshold():
+    record = step("ls", "cat f", "cat f", "pwd")
+    assert pair_from_step(record, DisagreementConfig(min_agree=3)) is None
+    assert pair_from_step(step("ls", "cat f", "cat f", "cat f"), DisagreementConfig(min_agree=3)).chosen == "cat f"
+    assert pair_from_step(step("ls", "pwd", None, None), DisagreementConfig(min_agree=1)).chosen == "pwd"
+
+
+def test_provenance_and_raw_text():
+    record = step("LS", "Cat  F", "cat f", "pwd")
+    pair = pair_from_step(record, MAJORITY)
+    assert pair.chosen == "Cat  F"  # raw text of the first supporting teacher, not the normalised key
+    assert pair.rejected == "LS"
+    assert pair.teachers == ["a", "b"]
+    assert pair.answers == {"a": "Cat  F", "b": "cat f", "c": "pwd"}
+    assert (pair.trace_id, pair.step, pair.rule) == ("tr", 3, "majority>=2")
+    assert pair.prompt == [{"role": "user", "content": "s"}]
+
+
+def test_custom_normalisation():
+    first_word = DisagreementConfig(normalize=lambda a: a.split()[0])
+    assert pair_from_step(step("cat g", "cat f", "cat h", "pwd"), first_word) is None
+    assert pair_from_step(step("ls", "cat f", "cat h", "pwd"), first_word).chosen == "cat f"
+
+
+def test_bad_config():
+    with pytest.raises(ValueError, match="rule"):
+        DisagreementConfig(rule="two_of_three")
+    with pytest.raises(ValueError, match="min_agree"):
+        DisagreementConfig(min_agree=0)
+
+
+def test_writer_appends_and_reader_yields_new_pairs(tmp_path):
+    path = tmp_path / "pairs" / "pairs.jsonl"
+    records = [step("ls", "cat f", "cat f", "pwd"), step("ls", "ls", "ls", "ls"), step("x", "y", "y", "y")]
+    reader = PairReader(path)
+    assert list(reader.read_new()) == []  # nothing written yet
+    with PairWriter(path) as writer:
+        assert writer.write(extract_pairs(records)) == 2
+        first = list(reader.read_new())  # flushed: visible before close
+        assert [p.chosen for p in first] == ["cat f", "y"]
+        assert list(reader.read_new()) == []
+        writer.write(extract_pairs([step("a", "b", "b", "c")]))
+    with PairWriter(path) as writer:  # a restart appends, never truncates
+        writer.write(extract_pairs([step("q", "r", "r", "r")]))
+    assert [p.chosen for p in reader.read_new()] == ["b", "r"]
+    with path.open("a") as f:
+        f.write(json.dumps({"trace_id": "t"})[:-3])  # a writer mid-line
+    assert list(reader.read_new()) == []
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["answers"] == {"a": "cat f", "b": "cat f", "c": "pwd"}
+    resumed = PairReader(path, offset=0)
+    assert len(list(resumed.read_new())) == 4

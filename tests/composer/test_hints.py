@@ -1,0 +1,170 @@
+"""Error sites, hint rendering, and the teacher-context alignment with the tiny tokenizer and model."""
+
+import pytest
+import torch
+
+from verl_ext.composer import (
+    ErrorSite,
+    build_teacher_context,
+    error_sites_from_step_meta,
+    math_error_sites,
+    render_hint,
+    response_token_log_probs,
+    sdpo_loss_mask,
+)
+from verl_ext.composer.hints import assistant_turn_index
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.toy import ensure_tiny_assets
+
+    model_dir = ensure_tiny_assets().model_dir
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    return tokenizer, model
+
+
+def chat_ids(tokenizer, messages):
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+# ---- error sites and hint text ---------------------------------------------------------------------------------
+
+
+def test_error_sites_from_step_meta():
+    metas = [
+        None,
+        {"error_kind": "tool_not_found", "hint_template_key": "tool_not_found", "tool_name": "grep"},
+        {"reward": 1.0},
+        {"error_kind": "tool_error", "error_message": "exit code 2"},
+    ]
+    sites = error_sites_from_step_meta(metas)
+    assert [(s.turn, s.error_kind, s.template_key) for s in sites] == [
+        (2, "tool_not_found", "tool_not_found"),
+        (4, "tool_error", "tool_error"),
+    ]
+    assert render_hint(sites[0]) == "The tool grep does not exist. Use one of the available tools."
+    assert render_hint(sites[1]) == "The last tool call failed with: exit code 2. Fix the call before continuing."
+
+
+def test_math_error_sites_prefer_a_successful_sibling():
+    sites = math_error_sites(
+        accs=[1.0, 0.0, 0.0, 1.0, 0.0],
+        ground_truths=["4", "4", "4", "9", "7"],
+        uids=["a", "a", "a", "b", "c"],
+        responses=["2+2=4", "5", "3", "3*3=9", "8"],
+    )
+    assert sites[0] is None and sites[3] is None
+    assert render_hint(sites[1]) == "Here is a correct solution to this problem:\n2+2=4"
+    assert sites[2].fields["solution"] == "2+2=4"
+    assert render_hint(sites[4]) == "The correct answer is 7."  # group c has no success
+    no_siblings = math_error_sites([0.0, 1.0], ["4", "4"], ["a", "a"])
+    assert render_hint(no_siblings[0]) == "The correct answer is 4." and no_siblings[1] is None
+    with pytest.raises(ValueError, match="one entry per response"):
+        math_error_sites([0.0], ["4", "5"], ["a"])
+
+
+def test_render_hint_errors_are_clear():
+    with pytest.raises(KeyError, match="no hint template 'nope'"):
+        render_hint(ErrorSite(0, "nope", "nope"))
+    with pytest.raises(ValueError, match="needs fields \\['ground_truth'\\]"):
+        render_hint(ErrorSite(0, "wrong_answer", "wrong_answer"))
+    custom = {"k": "use {x}"}
+    assert render_hint(ErrorSite(0, "e", "k", {"x": 1}), templates=custom) == "use 1"
+
+
+# ---- teacher context -------------------------------------------------------------------------------------------
+
+
+def test_turn_mode_equals_templating_the_hint_as_a_user_turn(tiny):
+    tokenizer, _ = tiny
+    question = [{"role": "user", "content": "What is 3 + 4?"}]
+    context = chat_ids(tokenizer, question)
+    response = tokenizer.encode("The answer is 7.<|im_end|>", add_special_tokens=False)
+    hint = "The correct answer is 7."
+    ctx = build_teacher_context(context, response, hint, tokenizer, mode="turn")
+    expected_prefix = chat_ids(tokenizer, question + [{"role": "user", "content": hint}])
+    assert ctx.input_ids[: ctx.response_start] == expected_prefix
+    assert ctx.input_ids[ctx.response_start :] == response and ctx.response_len == len(response)
+    assert tokenizer.decode(ctx.hint_ids).strip().endswith(hint + "<|im_end|>")
+
+
+def test_append_mode_and_bad_context(tiny):
+    tokenizer, _ = tiny
+    context = tokenizer.encode("Question: 3 + 4 = ?", add_special_tokens=False)
+    response = tokenizer.encode(" 7", add_special_tokens=False)
+    ctx = build_teacher_context(context, response, " Hint: it is odd.", tokenizer, mode="append")
+    hint_ids = tokenizer.encode(" Hint: it is odd.", add_special_tokens=False)
+    assert ctx.input_ids == context + hint_ids + response and ctx.response_start == len(context) + len(hint_ids)
+    with pytest.raises(ValueError, match="generation prompt"):
+        build_teacher_context(context, response, "hint", tokenizer, mode="turn")
+    with pytest.raises(ValueError, match="mode"):
+        build_teacher_context(context, response, "hint", tokenizer, mode="prepend")
+
+
+def forward_logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0]
+
+
+@pytest.mark.parametrize("mode", ["turn", "append"])
+def test_teacher_log_probs_align_with_student_tokens(tiny, mode):
+    tokenizer, model = tiny
+    context = chat_ids(tokenizer, [{"role": "user", "content": "Add 12 and 30."}])
+    response = tokenizer.encode("12 + 30 = 42<|im_end|>", add_special_tokens=False)
+
+    # an empty hint: the teacher input is the student input, so the log-probs must be identical
+    same = build_teacher_context(context, response, "", tokenizer, mode=mode)
+    assert same.input_ids == context + response
+    plain = context + response
+    student_lp = response_token_log_probs(forward_logits(model, plain), plain, len(context), len(response))
+    teacher_lp = response_token_log_probs(
+        forward_logits(model, same.input_ids), same.input_ids, same.response_start, same.response_len
+    )
+    torch.testing.assert_close(teacher_lp, student_lp)
+
+    # with a hint: token j's log-prob from the full forward equals scoring the prefix that ends right before it
+    ctx = build_teacher_context(context, response, "The answer is 42.", tokenizer, mode=mode)
+    full = forward_logits(model, ctx.input_ids)
+    aligned = response_token_log_probs(full, ctx.input_ids, ctx.response_start, ctx.response_len)
+    by_slice = torch.log_softmax(full[ctx.logit_slice], -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+    assert torch.equal(by_slice, aligned)
+    for j, token in enumerate(response):
+        prefix = ctx.input_ids[: ctx.response_start + j]
+        last = torch.log_softmax(forward_logits(model, prefix)[-1], -1)[token]
+        assert aligned[j].item() == pytest.approx(last.item(), abs=1e-4)
+    assert not torch.allclose(aligned, student_lp)  # the hint changed the teacher's view
+
+
+# ---- post-hint loss mask ---------------------------------------------------------------------------------------
+
+
+def loop_turn_index(row):
+    out, turn, prev = [], -1, 0
+    for m in row:
+        if m and not prev:
+            turn += 1
+        out.append(turn if m else -1)
+        prev = m
+    return out
+
+
+def test_turn_index_and_loss_mask_match_loops():
+    g = torch.Generator().manual_seed(0)
+    mask = (torch.rand(6, 15, generator=g) < 0.6).long()
+    mask[0] = torch.tensor([1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0])
+    turns = assistant_turn_index(mask)
+    for row in range(mask.shape[0]):
+        assert turns[row].tolist() == loop_turn_index(mask[row].tolist())
+    targets = [[1], [], [0, 2], [5, 50], [0], [1, 3]]
+    got = sdpo_loss_mask(mask, targets)
+    for row in range(mask.shape[0]):
+        want = [t in targets[row] for t in loop_turn_index(mask[row].tolist())]
+        assert got[row].tolist() == want
+    assert got[0].tolist() == [False] * 4 + [True] * 3 + [False] * 8
+    with pytest.raises(ValueError, match="rows"):
+        sdpo_loss_mask(mask, targets[:2])

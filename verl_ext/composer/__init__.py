@@ -1,0 +1,85 @@
+"""Composer recipe, pure parts: GRPO + SDPO hint self-distillation + N-teacher trace-replay DPO (seed 003).
+
+    total_loss = grpo_loss + alpha_sdpo * sdpo_loss + beta_replay * replay_loss
+
+Modules (the Ray trainer lives in recipe/composer/):
+    jsd            generalized_jsd_loss: full-logit SDPO term, chunked over tokens
+    sdpo           sdpo_advantage_term: sampled-token SDPO term (Recipe B)
+    grpo_composer  the `grpo_composer` advantage estimator (GRPO + SDPO term)
+    dpo            dpo_loss for the trace-replay pairs
+    teacher_pool   parallel, cached, capped, fault-tolerant OpenAI-compatible teacher queries
+    disagreement   teacher answers -> DPO pairs, JSONL writer/reader
+    hints          error sites, hint templates, hint-augmented teacher context and its alignment
+    registration   register(): puts `grpo_composer` into verl's registry
+
+Wiring the full-logit JSD into verl 0.9.1's actor: a registered policy loss only sees (B, T) log-probs of the
+sampled tokens. Logits are reachable only in the engine's loss callable (`actor.set_loss_fn`), which verl's FSDP
+engine also calls as a logits processor, `loss_fn(student_logits=(1, nnz, V), data=micro_batch)`, when the micro
+batch's non-tensor flag `distillation_use_topk` is True; whatever per-token tensors it returns land in
+`model_output` for the final `loss_fn(model_output=..., data=..., dp_group=...)` call (see
+verl/workers/engine/fsdp/transformer_impl.py prepare_model_outputs and verl/trainer/distillation/losses.py).
+`generalized_jsd_loss(..., reduction="none")` gives exactly such a per-token tensor.
+"""
+
+from verl_ext.composer.disagreement import (
+    DisagreementConfig,
+    DPOPair,
+    PairReader,
+    PairWriter,
+    StepRecord,
+    extract_pairs,
+    pair_from_step,
+)
+from verl_ext.composer.dpo import dpo_loss, sequence_log_probs
+from verl_ext.composer.grpo_composer import compute_grpo_composer_advantage
+from verl_ext.composer.hints import (
+    DEFAULT_HINT_TEMPLATES,
+    ErrorSite,
+    TeacherContext,
+    build_teacher_context,
+    error_sites_from_step_meta,
+    math_error_sites,
+    render_hint,
+    response_token_log_probs,
+    sdpo_loss_mask,
+)
+from verl_ext.composer.jsd import generalized_jsd_loss
+from verl_ext.composer.registration import register
+from verl_ext.composer.sdpo import sdpo_advantage_term
+from verl_ext.composer.teacher_pool import (
+    TeacherAnswer,
+    TeacherConfig,
+    TeacherPool,
+    TeacherPoolConfig,
+    TeacherRequest,
+)
+
+__all__ = [
+    "DEFAULT_HINT_TEMPLATES",
+    "DPOPair",
+    "DisagreementConfig",
+    "ErrorSite",
+    "PairReader",
+    "PairWriter",
+    "StepRecord",
+    "TeacherAnswer",
+    "TeacherConfig",
+    "TeacherContext",
+    "TeacherPool",
+    "TeacherPoolConfig",
+    "TeacherRequest",
+    "build_teacher_context",
+    "compute_grpo_composer_advantage",
+    "dpo_loss",
+    "error_sites_from_step_meta",
+    "extract_pairs",
+    "generalized_jsd_loss",
+    "math_error_sites",
+    "pair_from_step",
+    "register",
+    "render_hint",
+    "response_token_log_probs",
+    "sdpo_advantage_term",
+    "sdpo_loss_mask",
+    "sequence_log_probs",
+]

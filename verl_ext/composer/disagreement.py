@@ -1,0 +1,160 @@
+"""N-teacher disagreement -> DPO pairs (Composer seed 003, channel 3, "trace replay").
+
+For each step t of a frozen trace, the student chose action Y and each teacher proposed an action (or failed).
+Answers are compared after a normalisation (default: strip, collapse whitespace, lowercase).
+
+rule "majority" (the seed's rule; min_agree = 2 recommended for 3 teachers):
+    if at least min_agree teachers agree on X and norm(Y) != X: pair (chosen = X, rejected = Y).
+    All teachers disagree, or the most supported answer is the student's: no pair. If two different answers both
+    reach min_agree with equal support (possible with N >= 4), the step is ambiguous: no pair.
+rule "any_differs" (the looser alternative: more pairs, noisier):
+    if any teacher's answer differs from norm(Y): pair with chosen = the differing answer with the most support
+    (ties: the one from the earliest teacher in pool order). All teachers agree with the student: no pair.
+
+A failed teacher (None) neither supports nor opposes anything. The chosen text is the raw answer of the first
+(in pool order) teacher supporting it; the rejected text is the student's raw action. Pairs carry provenance
+(trace id, step, rule, supporting teachers, every teacher's raw answer) and the step's prompt for training later.
+`PairWriter` appends one JSON line per pair and flushes; `PairReader` yields the pairs appended since its last read,
+so a later training step consumes them off the rollout's critical path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+RULES = ("majority", "any_differs")
+
+
+def default_normalize(action: str) -> str:
+    """Case- and whitespace-insensitive comparison of actions."""
+    return re.sub(r"\s+", " ", action).strip().lower()
+
+
+@dataclass(frozen=True)
+class DisagreementConfig:
+    """rule: "majority" (recommended) or "any_differs"; min_agree: teachers that must agree under "majority"
+    (recommended 2); normalize: maps an action to its comparison key (recommended: task-specific, e.g. parse the
+    tool call and compare name + arguments)."""
+
+    rule: str = "majority"
+    min_agree: int = 2
+    normalize: Callable[[str], str] = default_normalize
+
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {RULES}, got {self.rule!r}")
+        if not (isinstance(self.min_agree, int) and self.min_agree >= 1):
+            raise ValueError(f"min_agree must be a positive int, got {self.min_agree!r}")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    trace_id: str
+    step: int
+    student_action: str
+    teacher_answers: dict[str, str | None]  # teacher name -> raw answer (None: the teacher failed), pool order
+    prompt: Any = None  # JSON-able context the actions answer (e.g. chat messages); carried into the pair
+
+
+@dataclass(frozen=True)
+class DPOPair:
+    trace_id: str
+    step: int
+    prompt: Any
+    chosen: str
+    rejected: str
+    rule: str
+    teachers: list[str]  # teachers whose normalised answer equals the chosen one
+    answers: dict[str, str | None] = field(default_factory=dict)  # every teacher's raw answer
+
+
+def pair_from_step(record: StepRecord, config: DisagreementConfig = DisagreementConfig()) -> DPOPair | None:
+    """The DPO pair for one step, or None (see module docstring for the rules)."""
+    norm = config.normalize
+    student = norm(record.student_action)
+    keyed = [(name, raw, norm(raw)) for name, raw in record.teacher_answers.items() if raw is not None]
+    support = Counter(key for _, _, key in keyed)
+    if not support:
+        return None
+
+    if config.rule == "majority":
+        ranked = support.most_common()
+        best, count = ranked[0]
+        if count < config.min_agree or (len(ranked) > 1 and ranked[1][1] == count):
+            return None  # no answer reaches the threshold, or two tie at the top
+        if best == student:
+            return None
+    else:  # any_differs
+        differing = [key for _, _, key in keyed if key != student]
+        if not differing:
+            return None
+        top = max(support[k] for k in differing)
+        best = next(k for k in differing if support[k] == top)  # earliest teacher wins ties
+
+    supporters = [name for name, _, key in keyed if key == best]
+    chosen_raw = next(raw for _, raw, key in keyed if key == best)
+    return DPOPair(
+        trace_id=str(record.trace_id),
+        step=int(record.step),
+        prompt=record.prompt,
+        chosen=chosen_raw,
+        rejected=record.student_action,
+        rule=config.rule if config.rule == "any_differs" else f"majority>={config.min_agree}",
+        teachers=supporters,
+        answers=dict(record.teacher_answers),
+    )
+
+
+def extract_pairs(records, config: DisagreementConfig = DisagreementConfig()) -> list[DPOPair]:
+    return [p for p in (pair_from_step(r, config) for r in records) if p is not None]
+
+
+class PairWriter:
+    """Appends pairs to a JSONL file, one line each, flushed per write (a crash loses at most the line in progress)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def write(self, pairs) -> int:
+        n = 0
+        for pair in pairs:
+            self._file.write(json.dumps(asdict(pair)) + "\n")
+            n += 1
+        self._file.flush()
+        return n
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "PairWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class PairReader:
+    """Yields the pairs appended to a JSONL file since the previous `read_new()` (a line without its newline yet is
+    left for the next read)."""
+
+    def __init__(self, path: str | Path, offset: int = 0):
+        self.path = Path(path)
+        self.offset = offset  # bytes consumed so far; persist it to resume after a restart
+
+    def read_new(self) -> Iterator[DPOPair]:
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break  # being written right now
+                self.offset += len(line)
+                yield DPOPair(**json.loads(line))

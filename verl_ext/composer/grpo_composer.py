@@ -1,0 +1,110 @@
+"""`grpo_composer` advantage estimator: GRPO outcome advantage plus the sampled-token SDPO term (seed 003, Recipe B).
+
+GRPO (Shao et al., arXiv 2402.03300), as verl's built-in `grpo`: per response, score r = sum of its token-level
+rewards; per group g of responses to one prompt (same uid):
+
+    A = (r - mean_g) / (std_g + eps)   if norm_adv_by_std_in_grpo (default), else  A = r - mean_g
+
+with the unbiased std, and mean 0 / std 1 for a group of one (verl's convention). A is broadcast over the
+response tokens (times response_mask). Then, if `alpha_sdpo` > 0 (see `sdpo.py`):
+
+    A_t += alpha_sdpo * (logp_teacher_t - logp_student_t)   at error-site tokens (and only response tokens)
+
+Returns (advantages, returns) with returns = advantages, as verl's grpo does.
+
+Config (verl's `algorithm` section; extra keys need a `+` on the command line):
+    norm_adv_by_std_in_grpo (bool, default True): divide by the group std (False = Dr.GRPO).
+    alpha_sdpo (float, default 0.0; recommended 0.1): weight of the SDPO term; 0 switches it off.
+verl's legacy `compute_advantage` passes only token_level_rewards, response_mask, index and config; with
+alpha_sdpo > 0 the caller must also pass sdpo_teacher_log_probs, old_log_probs and sdpo_error_mask (all (B, T)).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_ext.composer.sdpo import sdpo_advantage_term
+
+# Keys verl's legacy compute_advantage may pass that this estimator does not use.
+_IGNORED_KWARGS = frozenset({"reward_baselines"})
+
+
+def compute_grpo_composer_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    config: Any = None,
+    epsilon: float = 1e-6,
+    sdpo_teacher_log_probs: torch.Tensor | None = None,
+    old_log_probs: torch.Tensor | None = None,
+    sdpo_error_mask: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    unknown = set(kwargs) - _IGNORED_KWARGS
+    if unknown:
+        raise TypeError(f"grpo_composer got unexpected arguments {sorted(unknown)}")
+    norm_by_std = bool(_config_value(config, "norm_adv_by_std_in_grpo", True))
+    alpha = float(_config_value(config, "alpha_sdpo", 0.0))
+    if alpha < 0:
+        raise ValueError(f"algorithm.alpha_sdpo must be >= 0, got {alpha}")
+    if len(index) != token_level_rewards.shape[0]:
+        raise ValueError(f"index has {len(index)} entries for {token_level_rewards.shape[0]} responses")
+
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        group = torch.as_tensor(np.unique(np.asarray(index), return_inverse=True)[1].reshape(-1), dtype=torch.long)
+        mean, std = _group_mean_std(scores, group.to(scores.device))
+        centred = scores - mean[group]
+        scalars = centred / (std[group] + epsilon) if norm_by_std else centred
+        advantages = scalars.unsqueeze(-1) * response_mask
+
+    if alpha > 0:
+        missing = [
+            name
+            for name, value in (
+                ("sdpo_teacher_log_probs", sdpo_teacher_log_probs),
+                ("old_log_probs", old_log_probs),
+                ("sdpo_error_mask", sdpo_error_mask),
+            )
+            if value is None
+        ]
+        if missing:
+            raise ValueError(
+                f"grpo_composer: algorithm.alpha_sdpo={alpha} > 0 needs {missing}; verl's compute_advantage does not "
+                "pass them, so the composer trainer must (or set alpha_sdpo=0)"
+            )
+        site_mask = sdpo_error_mask.bool() & response_mask.bool()
+        advantages = advantages + sdpo_advantage_term(sdpo_teacher_log_probs, old_log_probs, site_mask, alpha).to(
+            advantages.dtype
+        )
+    return advantages, advantages
+
+
+def _config_value(config: Any, key: str, default: Any) -> Any:
+    """Read a key from a dict, OmegaConf DictConfig or verl dataclass config (all have .get), or None."""
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    if getter is not None:
+        value = getter(key, default)
+    else:
+        value = getattr(config, key, default)
+    return default if value is None else value
+
+
+def _group_mean_std(scores: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group mean and unbiased std; a group of one gets mean 0 and std 1 (verl's grpo convention)."""
+    n_groups = int(group.max().item()) + 1 if group.numel() else 0
+    count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
+    count.index_add_(0, group, torch.ones_like(scores))
+    total = torch.zeros_like(count).index_add_(0, group, scores)
+    mean = total / count
+    sq_dev = torch.zeros_like(count).index_add_(0, group, (scores - mean[group]) ** 2)
+    std = (sq_dev / (count - 1).clamp(min=1)).sqrt()
+    single = count == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean, std

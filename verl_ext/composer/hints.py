@@ -1,0 +1,216 @@
+"""Error sites, hint text and the hint-augmented teacher context for Composer's SDPO channel (seed 003, channel 2).
+
+SDPO / OPSD (arXiv 2601.20802, 2601.18734): the teacher is the *same* model given privileged context (a hint) and
+scoring, without gradient, the tokens the student already produced. Only the post-hint tokens of the targeted turn
+carry loss.
+
+Error sites:
+- multi-turn: `step_metas[t]` is the environment's metadata for its response to the agent's t-th action (the
+  t-th assistant turn, counting from 0). A meta with `error_kind` marks an error; the hint targets the *next*
+  assistant turn, t + 1. Its template is `hint_template_key` if given, else the error kind; the other meta fields
+  fill the template.
+- single-turn math: a response with acc == 0 is an error site at turn 0. Its hint is a successful sibling's
+  solution (same prompt uid, acc > 0) when one exists, else the reference answer.
+
+Alignment (`build_teacher_context`). The student scored its response as `context + response`; the teacher scores
+`context[:k] + hint + context[k:] + response`, where k is just before the trailing generation prompt (mode "turn":
+the hint is a separate user turn of the chat template) or the end of the context (mode "append": plain hint text).
+In both, the response tokens sit at positions [start, start + R) of the teacher input, and a causal LM's
+log-prob of response token j comes from the logits at position start + j - 1. So
+`log_softmax(teacher_logits[start-1 : start+R-1]).gather(response_ids)` is aligned one-to-one with the student's
+`log_softmax(student_logits[len(context)-1 : len(context)+R-1]).gather(response_ids)`; with an empty hint the two are
+equal. The response keeps its own mask (tool-output tokens of a multi-turn response stay masked out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from string import Formatter
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+# Keyed by error kind or hint_template_key. Fields in braces come from the error site.
+DEFAULT_HINT_TEMPLATES: dict[str, str] = {
+    "wrong_answer": "The correct answer is {ground_truth}.",
+    "sibling_solution": "Here is a correct solution to this problem:\n{solution}",
+    "tool_not_found": "The tool {tool_name} does not exist. Use one of the available tools.",
+    "tool_error": "The last tool call failed with: {error_message}. Fix the call before continuing.",
+    "format_error": "Your answer does not follow the required format. {format_spec}",
+}
+
+_META_KEYS = ("error_kind", "hint_template_key")
+
+
+@dataclass(frozen=True)
+class ErrorSite:
+    turn: int  # index of the assistant turn the hint targets (0 for single-turn)
+    error_kind: str
+    template_key: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def error_sites_from_step_meta(step_metas: Sequence[dict[str, Any] | None]) -> list[ErrorSite]:
+    """Error sites of one trajectory from the environment's per-step metadata (see module docstring)."""
+    sites = []
+    for t, meta in enumerate(step_metas):
+        if not meta or not meta.get("error_kind"):
+            continue
+        kind = str(meta["error_kind"])
+        key = str(meta.get("hint_template_key") or kind)
+        extra = {k: v for k, v in meta.items() if k not in _META_KEYS}
+        sites.append(ErrorSite(turn=t + 1, error_kind=kind, template_key=key, fields=extra))
+    return sites
+
+
+def math_error_sites(
+    accs: Sequence[float],
+    ground_truths: Sequence[str],
+    uids: Sequence[str],
+    responses: Sequence[str] | None = None,
+) -> list[ErrorSite | None]:
+    """One entry per response of a batch: an error site for each failed answer (acc == 0), else None.
+
+    With `responses`, a failed response gets the solution of the first successful response of its group
+    (same uid) as privileged context; otherwise, or with no successful sibling, the reference answer.
+    """
+    if not (len(accs) == len(ground_truths) == len(uids)) or (responses is not None and len(responses) != len(accs)):
+        raise ValueError("accs, ground_truths, uids (and responses) must have one entry per response")
+    first_success: dict[str, int] = {}
+    for i, (acc, uid) in enumerate(zip(accs, uids)):
+        if acc > 0 and uid not in first_success:
+            first_success[uid] = i
+    sites: list[ErrorSite | None] = []
+    for acc, gt, uid in zip(accs, ground_truths, uids):
+        if acc > 0:
+            sites.append(None)
+        elif responses is not None and uid in first_success:
+            solution = responses[first_success[uid]]
+            sites.append(ErrorSite(0, "wrong_answer", "sibling_solution", {"solution": solution, "ground_truth": gt}))
+        else:
+            sites.append(ErrorSite(0, "wrong_answer", "wrong_answer", {"ground_truth": gt}))
+    return sites
+
+
+def render_hint(site: ErrorSite, templates: dict[str, str] = DEFAULT_HINT_TEMPLATES) -> str:
+    """The hint text for an error site; a clear error for an unknown template key or a missing field."""
+    if site.template_key not in templates:
+        raise KeyError(f"no hint template {site.template_key!r}; known: {sorted(templates)}")
+    template = templates[site.template_key]
+    needed = {name for _, name, _, _ in Formatter().parse(template) if name}
+    missing = needed - set(site.fields)
+    if missing:
+        raise ValueError(
+            f"hint template {site.template_key!r} needs fields {sorted(missing)}; site has {sorted(site.fields)}"
+        )
+    return template.format(**site.fields)
+
+
+@dataclass(frozen=True)
+class TeacherContext:
+    input_ids: list[int]  # teacher input: context with the hint inserted, then the response
+    response_start: int  # position of the first response token in input_ids
+    response_len: int
+    hint_ids: list[int]
+
+    @property
+    def logit_slice(self) -> slice:
+        """Logit rows that predict the response tokens (causal LM: row p predicts token p + 1)."""
+        return slice(self.response_start - 1, self.response_start - 1 + self.response_len)
+
+
+def build_teacher_context(
+    context_ids: Sequence[int],
+    response_ids: Sequence[int],
+    hint_text: str,
+    tokenizer,
+    mode: str = "turn",
+) -> TeacherContext:
+    """Teacher input ids = context with the hint inserted + the student's response (see module docstring).
+
+    context_ids: everything the student saw before the scored turn (prompt, and for multi-turn the earlier turns
+        and the environment's response up to and including the next assistant header).
+    response_ids: the student's tokens of the scored turn.
+    mode: "turn" puts the hint as a user turn of the tokenizer's chat template before the trailing generation
+        prompt (the context must end with it); "append" appends the plain hint text at the end of the context.
+    """
+    context_ids = [int(x) for x in context_ids]
+    if not context_ids:
+        raise ValueError("context_ids is empty: a causal LM needs at least one token before the response")
+    if mode == "turn":
+        hint_ids, gen_ids = _chat_hint_ids(hint_text, tokenizer)
+        if context_ids[len(context_ids) - len(gen_ids) :] != gen_ids:
+            raise ValueError(
+                "mode='turn' needs a context that ends with the chat template's generation prompt "
+                f"{gen_ids}; got ...{context_ids[-len(gen_ids):]}. Use mode='append' for raw-text prompts."
+            )
+        cut = len(context_ids) - len(gen_ids)
+    elif mode == "append":
+        hint_ids = list(tokenizer.encode(hint_text, add_special_tokens=False)) if hint_text else []
+        cut = len(context_ids)
+    else:
+        raise ValueError(f"mode must be 'turn' or 'append', got {mode!r}")
+    prefix = context_ids[:cut] + hint_ids + context_ids[cut:]
+    return TeacherContext(
+        input_ids=prefix + [int(x) for x in response_ids],
+        response_start=len(prefix),
+        response_len=len(response_ids),
+        hint_ids=hint_ids,
+    )
+
+
+def _chat_hint_ids(hint_text: str, tokenizer) -> tuple[list[int], list[int]]:
+    """(ids of a user turn holding the hint, ids of the generation prompt), cut from rendered chat templates.
+
+    Rendering after a dummy first message keeps template preambles (e.g. a default system prompt) out of the diff.
+    """
+    first = [{"role": "user", "content": "x"}]
+    base = tokenizer.apply_chat_template(first, tokenize=False)
+    with_gen = tokenizer.apply_chat_template(first, tokenize=False, add_generation_prompt=True)
+    if not with_gen.startswith(base):
+        raise ValueError("the chat template's generation prompt is not a suffix of the conversation; use mode='append'")
+    gen_ids = list(tokenizer.encode(with_gen[len(base) :], add_special_tokens=False))
+    if not hint_text:
+        return [], gen_ids
+    with_hint = tokenizer.apply_chat_template(first + [{"role": "user", "content": hint_text}], tokenize=False)
+    if not with_hint.startswith(base):
+        raise ValueError("the chat template renders a new turn by rewriting earlier ones; use mode='append'")
+    return list(tokenizer.encode(with_hint[len(base) :], add_special_tokens=False)), gen_ids
+
+
+def response_token_log_probs(logits: torch.Tensor, input_ids: Sequence[int], start: int, length: int) -> torch.Tensor:
+    """Log-probs of input_ids[start : start+length] from one sequence's (L, V) causal-LM logits."""
+    if start < 1 or start + length > logits.shape[0]:
+        raise ValueError(f"response [{start}, {start + length}) does not fit logits of length {logits.shape[0]}")
+    targets = torch.as_tensor(list(input_ids[start : start + length]), dtype=torch.long, device=logits.device)
+    rows = torch.log_softmax(logits[start - 1 : start - 1 + length].float(), dim=-1)
+    return rows.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def assistant_turn_index(response_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) index of the assistant turn each response token belongs to (maximal runs of mask 1), -1 elsewhere."""
+    mask = response_mask.bool()
+    prev = torch.zeros_like(mask)
+    prev[:, 1:] = mask[:, :-1]
+    starts = mask & ~prev
+    turn = torch.cumsum(starts.long(), dim=-1) - 1
+    return torch.where(mask, turn, torch.full_like(turn, -1))
+
+
+def sdpo_loss_mask(response_mask: torch.Tensor, target_turns: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(B, T) bool mask of the tokens of each row's targeted assistant turns (the post-hint tokens).
+
+    A target turn past the row's last assistant turn is ignored: the episode ended right after the error.
+    """
+    if len(target_turns) != response_mask.shape[0]:
+        raise ValueError(f"target_turns has {len(target_turns)} rows for a batch of {response_mask.shape[0]}")
+    turn = assistant_turn_index(response_mask)
+    n_turns = int(turn.max().item()) + 1 if turn.numel() else 0
+    table = np.zeros((response_mask.shape[0], n_turns + 1), dtype=bool)  # last column: the -1 (non-assistant) slot
+    for row, turns in enumerate(target_turns):
+        for t in turns:
+            if 0 <= t < n_turns:
+                table[row, t] = True
+    table_t = torch.as_tensor(table, device=response_mask.device)
+    return table_t.gather(1, torch.where(turn < 0, torch.full_like(turn, n_turns), turn))
