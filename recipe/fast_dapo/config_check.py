@@ -1,0 +1,99 @@
+"""Read and validate the fast DAPO settings in the driver, before Ray starts: a bad key or combination fails in
+seconds with a message naming it, not minutes later inside a worker."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+MODES = ("fast", "dapo")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class CurriculumSettings:
+    mode: str  # "fast" | "dapo" | "plain" (curriculum.enable=false)
+    n: int  # screening responses per fresh prompt (fast); dapo/plain generate N at once
+    n_continue: int  # N - n
+    train_batch_size: int  # groups per training step
+    gen_batch_size: int  # fresh prompts drawn per generation call
+    filter_metric: str
+    max_num_gen_batches: int
+
+    @property
+    def N(self) -> int:
+        return self.n + self.n_continue
+
+
+def curriculum_settings(cfg: DictConfig) -> CurriculumSettings:
+    cur = cfg.get("curriculum") or {}
+    rollout = cfg.actor_rollout_ref.rollout
+    n_continue = cur.get("n_continue", rollout.get("n_continue", 0))
+    return CurriculumSettings(
+        mode=cur.get("mode", "fast") if cur.get("enable", True) else "plain",
+        n=int(rollout.n),
+        n_continue=int(n_continue),
+        train_batch_size=int(cfg.data.train_batch_size),
+        gen_batch_size=int(cfg.data.get("gen_batch_size") or cfg.data.train_batch_size),
+        filter_metric=str(cur.get("filter_metric", "acc")),
+        max_num_gen_batches=int(cur.get("max_num_gen_batches", 0)),
+    )
+
+
+def prepare_config(cfg: DictConfig) -> CurriculumSettings:
+    """Normalise in place and validate. verl's RolloutConfig dataclass rejects unknown fields, so the user-facing
+    `actor_rollout_ref.rollout.n_continue` moves to `curriculum.n_continue` before any worker sees the config."""
+    OmegaConf.resolve(cfg)
+    with open_dict(cfg):
+        rollout = cfg.actor_rollout_ref.rollout
+        if "n_continue" in rollout:
+            cfg.curriculum.n_continue = rollout.pop("n_continue")
+    s = curriculum_settings(cfg)
+    cur = cfg.curriculum
+    unknown = set(cur.keys()) - {"enable", "mode", "n_continue", "filter_metric", "max_num_gen_batches"}
+    if unknown:
+        raise ConfigError(f"unknown curriculum keys {sorted(unknown)}; see recipe/fast_dapo/config/fast_dapo.yaml")
+    if not isinstance(cur.get("enable", True), bool):
+        raise ConfigError(f"curriculum.enable must be true or false, got {cur.enable!r}")
+    if cur.get("enable", True) and s.mode not in MODES:
+        raise ConfigError(f"curriculum.mode={s.mode!r}: choose one of {MODES} (or curriculum.enable=false for plain)")
+    if s.n < 1 or s.n_continue < 0:
+        raise ConfigError(f"need actor_rollout_ref.rollout.n >= 1 and n_continue >= 0, got n={s.n}, n_continue={s.n_continue}")
+    if s.mode == "fast" and s.n < 2:
+        raise ConfigError("curriculum.mode=fast screens with n responses and keeps prompts whose filter metric varies: n must be >= 2")
+    if s.mode == "dapo" and s.N < 2:
+        raise ConfigError("curriculum.mode=dapo drops uniform groups: N = n + n_continue must be >= 2")
+    if s.gen_batch_size < 1 or s.train_batch_size < 1:
+        raise ConfigError(f"data.gen_batch_size and data.train_batch_size must be >= 1, got {s.gen_batch_size}, {s.train_batch_size}")
+    if s.max_num_gen_batches < 0:
+        raise ConfigError("curriculum.max_num_gen_batches must be >= 0 (0 = no limit)")
+    if not s.filter_metric:
+        raise ConfigError("curriculum.filter_metric must name a reward key (acc, score, ...)")
+    if cfg.trainer.get("use_v1", False):
+        raise ConfigError("fast DAPO runs on verl's legacy trainer: set trainer.use_v1=false")
+    if int(cfg.actor_rollout_ref.rollout.agent.num_workers) < 1:
+        raise ConfigError("actor_rollout_ref.rollout.agent.num_workers must be >= 1")
+    _verl_checks(cfg, s)
+    from verl_ext.advantage.config import validate_algorithm_config
+
+    validate_algorithm_config(cfg.algorithm)
+    return s
+
+
+def _verl_checks(cfg: DictConfig, s: CurriculumSettings) -> None:
+    """verl's own batch-size checks, on a copy where rollout.n is N (a training batch holds N responses per prompt)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    probe = copy.deepcopy(cfg)
+    with open_dict(probe):
+        probe.actor_rollout_ref.rollout.n = s.N
+    try:
+        validate_config(probe, use_reference_policy=need_reference_policy(probe), use_critic=need_critic(probe))
+    except (AssertionError, ValueError) as e:
+        raise ConfigError(f"verl rejects the batch settings (with N = {s.N} responses per prompt): {e}") from e

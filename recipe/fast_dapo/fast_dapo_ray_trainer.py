@@ -1,0 +1,153 @@
+"""RayFastDAPOTrainer: two-phase curriculum sampling with ONE fused generation call per iteration (SPEED-RL).
+
+Each iteration that does not yet have a full training batch draws `data.gen_batch_size` fresh prompts, asks the
+DataController for the fused generation batch (fresh prompts x n for screening + prompts kept earlier x (N - n) for
+continuation), pads it so verl's agent-loop workers get equal chunks, generates once, and hands the rows back to the
+controller. Whenever the controller holds `train_batch_size` complete groups, one training step runs on them.
+`global_steps` counts training steps only. The controller's buffers are part of the checkpoint.
+
+`curriculum.enable=false` is plain sampling (N per prompt, no filter); `curriculum.mode=dapo` is verl-recipe DAPO
+dynamic sampling (N per prompt, drop uniform groups, generate again until the batch is full). Same loop, same
+controller, so the three are compared side by side.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl import DataProto
+from verl.utils.debug import marked_timer
+
+from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+
+from recipe.fast_dapo.config_check import curriculum_settings
+
+
+class GenerationBudgetExceeded(RuntimeError):
+    pass
+
+
+class RayFastDAPOTrainer(ExtRayPPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        s = curriculum_settings(self.config)
+        self.max_num_gen_batches = s.max_num_gen_batches
+        self.controller = DataController(
+            train_batch_size=s.train_batch_size, n=s.n, n_continue=s.n_continue, mode=s.mode,
+            filter_metric=s.filter_metric,
+        )
+        self.data_epoch = 0  # epochs of the prompt dataloader consumed (independent of training steps)
+
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
+        super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+        # verl drops the last partial batch of every epoch; the curriculum must see every prompt.
+        dl = self.train_dataloader
+        self.train_dataloader = StatefulDataLoader(
+            dataset=dl.dataset, batch_size=dl.batch_size, num_workers=dl.num_workers, drop_last=False,
+            collate_fn=dl.collate_fn, sampler=dl.sampler,
+        )
+
+    # ---------------------------------------------------------------- checkpointed state beyond verl's
+    def extra_state_dict(self) -> dict:
+        return {**super().extra_state_dict(), "controller": self.controller.state_dict(), "data_epoch": self.data_epoch}
+
+    def load_extra_state_dict(self, state: dict) -> None:
+        super().load_extra_state_dict(state)
+        self.controller.load_state_dict(state["controller"])
+        self.data_epoch = int(state.get("data_epoch", 0))
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        # verl skips the dataloader restore when global_steps is a multiple of len(dataloader): true for plain PPO,
+        # meaningless here (steps are not batches). Restore it unconditionally.
+        folder = self._resumed_step_folder() if self.global_steps else None
+        if folder:
+            import os
+
+            import torch
+
+            path = os.path.join(folder, "data.pt")
+            if os.path.exists(path):
+                self.train_dataloader.load_state_dict(torch.load(path, weights_only=False))
+
+    @property
+    def responses_per_prompt(self) -> int:
+        return self.controller.N
+
+    def step_metrics(self) -> dict:
+        return {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
+
+    # ---------------------------------------------------------------- the curriculum loop
+    def _fresh_prompts(self, it):
+        """Next dataloader batch with uids, moving to the next epoch when one ends; None when all epochs are done."""
+        while self.data_epoch < self.config.trainer.total_epochs:
+            if it[0] is None:
+                it[0] = iter(self.train_dataloader)
+            try:
+                batch = DataProto.from_single_dict(next(it[0]))
+            except StopIteration:
+                it[0] = None
+                self.data_epoch += 1
+                continue
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            return batch
+        return None
+
+    def training_batches(self):
+        it = [None]
+        num_workers = self.config.actor_rollout_ref.rollout.agent.num_workers
+        timing_raw: dict = {}
+        while True:
+            if self.controller.is_ready_for_training():
+                batch = self.controller.get_training_data()
+                batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+                yield batch, {"training/epoch": self.data_epoch}, timing_raw
+                timing_raw = {}
+                continue
+            fresh = self._fresh_prompts(it)
+            if fresh is not None:
+                self.controller.add_fresh_prompts(fresh)
+            elif self.controller.counters["prompts_awaiting_continuation"] == 0:
+                return  # every prompt of every epoch has been used; fewer than a batch of groups remain
+            self._check_generation_budget()
+            with marked_timer("gen_total", timing_raw):
+                fused = self.controller.get_generation_inputs()
+                padded, _ = pad_to_multiple(fused, num_workers)
+                # verl's _get_gen_batch moves every non-reward column into the generation batch; the controller's
+                # markers must come back beside the responses.
+                markers = {k: padded.non_tensor_batch[k] for k in (PHASE_KEY, PAD_KEY)}
+                gen_batch = self._get_gen_batch(padded)
+                gen_batch.meta_info.update(global_steps=self.global_steps,
+                                           temperature=self.config.actor_rollout_ref.rollout.temperature)
+                out = self.generate(gen_batch, timing_raw)
+                rows = padded.union(out)
+                rows.non_tensor_batch.update(markers)
+                self.controller.update(rows, metric_values=self._filter_metric_values(out))
+
+    def _filter_metric_values(self, out: DataProto):
+        """The filter metric per row: a reward extra key (acc, ...) if the reward returns it, else the sequence score."""
+        metric = self.controller.filter_metric
+        if metric in out.non_tensor_batch:
+            return None
+        if metric in ("score", "seq_reward", "seq_final_reward"):
+            return out.batch["rm_scores"].sum(-1).numpy()
+        raise KeyError(
+            f"curriculum.filter_metric={metric!r} is neither returned by the reward function "
+            f"(extra keys: {sorted(out.meta_info.get('reward_extra_keys', []))}) nor a sequence score (score)"
+        )
+
+    def _check_generation_budget(self):
+        calls = self.controller.counters["generation_calls_since_training"]
+        if self.max_num_gen_batches > 0 and calls >= self.max_num_gen_batches:
+            c = self.controller.counters
+            raise GenerationBudgetExceeded(
+                f"{calls} generation calls (max_num_gen_batches={self.max_num_gen_batches}) without filling a "
+                f"training batch of {self.controller.train_batch_size} groups: keep rate {c['keep_rate']:.3f} "
+                f"({c['prompts_kept']:.0f} of {c['prompts_screened']:.0f} prompts; all-correct "
+                f"{c['discarded_all_correct']:.0f}, all-wrong {c['discarded_all_wrong']:.0f}). Raise "
+                f"data.gen_batch_size or max_num_gen_batches (0 = no limit), raise n to screen more reliably, or use "
+                f"prompts of a difficulty nearer the model's level."
+            )

@@ -1,0 +1,333 @@
+"""The project's trainer base: verl 0.9.1's legacy RayPPOTrainer with a step that feeds token-level estimators.
+
+verl's `fit()` is one long loop that (a) passes estimators only rewards, masks and uids and (b) pops the per-token
+entropies. This class keeps verl's workers, rollout, checkpointing and validation, and splits the loop into
+`training_batches()` (where the data for one step comes from: one dataloader batch here; the fast DAPO curriculum
+in recipe/fast_dapo) and `train_on_batch()` (reward -> log-probs -> advantages -> updates), which every recipe
+shares. On top of verl it adds:
+
+- estimator inputs: old log-probs, true per-token entropies (kept, not popped, when `uncertainty_kind` needs them),
+  planning-token masks from `PlanningDetector`, the step, and the SEPA lambda from a controller whose state is saved
+  in and restored from verl checkpoints (`global_step_N/verl_ext_state.pt`);
+- a streaming JSONL metrics log (`trainer.jsonl_metrics_path`), cut back to the checkpoint's step on resume;
+- cumulative training time that survives resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from pprint import pprint
+
+import numpy as np
+import torch
+from omegaconf import open_dict
+from tqdm import tqdm
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.core_algos import agg_loss
+from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, apply_kl_penalty, compute_advantage, compute_response_mask
+from verl.trainer.ppo.reward import extract_reward
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+from verl.utils.debug import marked_timer
+from verl.utils.metric import reduce_metrics
+
+from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
+from verl_ext.metrics_log import JsonlMetricsWriter
+
+EXTRA_STATE_FILE = "verl_ext_state.pt"
+
+
+def execution_surprisal_variance(old_log_probs, response_mask, planning_mask) -> float | None:
+    """Variance of -log p over execution tokens of the batch: the signal SEPA's `auto` schedule tracks."""
+    mask = response_mask.bool()
+    if planning_mask is not None:
+        mask = mask & ~planning_mask.bool()
+    u = (-old_log_probs[mask]).clamp(max=50.0)
+    return float(u.var(unbiased=False)) if u.numel() > 1 else None
+
+
+class ExtRayPPOTrainer(RayPPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # None when adv_estimator is one of verl's own (gae, grpo, rloo, ...): the step then calls verl's path.
+        self.adv_config: AdvantageConfig | None = validate_algorithm_config(self.config.algorithm)
+        self.sepa = SepaController.from_config(self.adv_config.sepa) if self.adv_config and self.adv_config.uses_sepa else None
+        self.planning_detector = (
+            PlanningDetector(self.tokenizer, self.adv_config.strategic_grams)
+            if self.adv_config and self.adv_config.needs_planning
+            else None
+        )
+        self.train_time_s = 0.0
+        self._rollout_awake = False
+        self.metrics_log: JsonlMetricsWriter | None = None
+
+    # ------------------------------------------------------------------ state that verl's checkpoints do not hold
+    def extra_state_dict(self) -> dict:
+        return {"sepa": self.sepa.state_dict() if self.sepa else None, "train_time_s": self.train_time_s}
+
+    def load_extra_state_dict(self, state: dict) -> None:
+        if self.sepa and state.get("sepa") is not None:
+            self.sepa.load_state_dict(state["sepa"])
+        self.train_time_s = float(state.get("train_time_s", 0.0))
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        tmp = os.path.join(folder, EXTRA_STATE_FILE + ".tmp")
+        torch.save(self.extra_state_dict(), tmp)
+        os.replace(tmp, os.path.join(folder, EXTRA_STATE_FILE))  # atomic: a crash never leaves half a file
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        if self.global_steps == 0:
+            return
+        folder = self._resumed_step_folder()
+        path = os.path.join(folder, EXTRA_STATE_FILE) if folder else None
+        if path and os.path.exists(path):
+            self.load_extra_state_dict(torch.load(path, weights_only=False))
+        else:
+            print(f"[verl_ext] warning: no {EXTRA_STATE_FILE} beside the checkpoint; extension state starts fresh")
+
+    def _resumed_step_folder(self) -> str | None:
+        if self.config.trainer.resume_mode == "resume_path":
+            return self.config.trainer.resume_from_path
+        root = self.config.trainer.default_local_dir
+        return find_latest_ckpt_path(root if os.path.isabs(root) else os.path.join(os.getcwd(), root))
+
+    # ------------------------------------------------------------------ where a step's data comes from
+    def generate(self, gen_batch: DataProto, timing_raw: dict) -> DataProto:
+        """One call to verl's rollout (AgentLoopManager -> vLLM servers).
+
+        Replicas are put to sleep (to free accelerator memory for training) only when a training step starts, not
+        after every call as verl does: a curriculum makes several calls in a row, and a sleeping replica parks
+        requests until the next weight sync wakes it, which would never come.
+        """
+        with marked_timer("gen", timing_raw, color="red"):
+            out = self.async_rollout_manager.generate_sequences(gen_batch)
+        timing_raw.update(out.meta_info.pop("timing", {}))
+        return out
+
+    def _sleep_rollout(self) -> None:
+        if self._rollout_awake:
+            self.checkpoint_manager.sleep_replicas()
+            self._rollout_awake = False
+
+    def training_batches(self):
+        """Yield (batch, metrics, timing_raw) per training step: here one dataloader batch, N responses per prompt."""
+        n = self.config.actor_rollout_ref.rollout.n
+        for epoch in range(self.config.trainer.total_epochs):
+            for batch_dict in self.train_dataloader:
+                metrics, timing_raw = {"training/epoch": epoch}, {}
+                batch = DataProto.from_single_dict(batch_dict)
+                batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+                batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+                gen_batch = self._get_gen_batch(batch)
+                gen_batch.meta_info["global_steps"] = self.global_steps
+                out = self.generate(gen_batch.repeat(repeat_times=n, interleave=True), timing_raw)
+                yield batch.repeat(repeat_times=n, interleave=True).union(out), metrics, timing_raw
+
+    # ------------------------------------------------------------------ one training step on a generated batch
+    def _old_log_probs(self, batch: DataProto, metrics: dict) -> DataProto:
+        old, mfu = self._compute_old_log_prob(batch)
+        entropys = old.batch["entropys"]
+        actor_cfg = self.config.actor_rollout_ref.actor
+        metrics["actor/entropy"] = agg_loss(
+            loss_mat=entropys,
+            loss_mask=batch.batch["response_mask"],
+            loss_agg_mode=actor_cfg.loss_agg_mode,
+            loss_scale_factor=actor_cfg.loss_scale_factor,
+        ).item()
+        metrics["perf/mfu/actor_infer"] = mfu
+        if not (self.adv_config and self.adv_config.needs_entropys):
+            old.batch.pop("entropys")  # as verl does: 4 bytes per token the update does not need
+        batch = batch.union(old)
+        if "rollout_log_probs" in batch.batch.keys():
+            from verl.utils.debug.metrics import calculate_debug_metrics
+
+            metrics.update(calculate_debug_metrics(batch))
+        return batch
+
+    def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
+        algo = self.config.algorithm
+        if self.adv_config is None:
+            return compute_advantage(
+                batch,
+                adv_estimator=algo.adv_estimator,
+                gamma=algo.gamma,
+                lam=algo.lam,
+                num_repeat=self.config.actor_rollout_ref.rollout.n,
+                norm_adv_by_std_in_grpo=algo.get("norm_adv_by_std_in_grpo", True),
+                config=algo,
+            )
+        mask = batch.batch["response_mask"]
+        planning = None
+        if self.planning_detector is not None:
+            planning = self.planning_detector(batch.batch["responses"], mask)
+        sepa_lambda = self.sepa.resolve(self.global_steps) if self.sepa else None
+        adv_metrics: dict = {}
+        fn = core_algos.get_adv_estimator_fn(algo.adv_estimator)
+        advantages, returns = fn(
+            token_level_rewards=batch.batch["token_level_rewards"],
+            response_mask=mask,
+            index=batch.non_tensor_batch["uid"],
+            config=algo,
+            old_log_probs=batch.batch["old_log_probs"],
+            entropys=batch.batch.get("entropys"),
+            planning_mask=planning,
+            step=self.global_steps,
+            sepa_lambda=sepa_lambda,
+            metrics=adv_metrics,
+        )
+        batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+        metrics.update(adv_metrics)
+        if self.sepa is not None:
+            # SEPA's gate and EMA see this step's rollouts after its lambda was resolved (ALGORITHMS.md section 3).
+            rewards = batch.batch["token_level_rewards"].sum(-1)
+            var = execution_surprisal_variance(batch.batch["old_log_probs"], mask, planning)
+            self.sepa.observe(var, float((rewards > 0.5).float().mean()))
+            metrics["sepa/lambda"] = float(sepa_lambda)
+        return batch
+
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        """Reward -> old/ref log-probs -> values -> advantages -> critic/actor updates -> weight sync."""
+        cfg = self.config
+        self._sleep_rollout()
+        if "response_mask" not in batch.batch.keys():
+            batch.batch["response_mask"] = compute_response_mask(batch)
+        if cfg.trainer.balance_batch:
+            self._balance_batch(batch, metrics=metrics)  # reorders rows: everything below groups by uid
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        batch.meta_info["images_seqlens"] = []
+        with marked_timer("reward", timing_raw, color="yellow"):
+            reward_tensor, reward_extra = extract_reward(batch)
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            batch = self._old_log_probs(batch, metrics)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw, color="olive"):
+                batch = batch.union(self._compute_ref_log_prob(batch))
+        if self.use_critic:
+            with marked_timer("values", timing_raw, color="cyan"):
+                batch = batch.union(self._compute_values(batch))
+        with marked_timer("adv", timing_raw, color="brown"):
+            batch.batch["token_level_scores"] = reward_tensor
+            batch.non_tensor_batch.update({k: np.array(v) for k, v in reward_extra.items()})
+            if cfg.algorithm.use_kl_in_reward:
+                batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, cfg.algorithm.kl_penalty)
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            batch = self._advantages(batch, metrics)
+        if self.use_critic:
+            with marked_timer("update_critic", timing_raw, color="pink"):
+                metrics.update(reduce_metrics(self._update_critic(batch).meta_info["metrics"]))
+        if cfg.trainer.critic_warmup > self.global_steps:
+            return batch  # the actor is unchanged; sync_weights still wakes the replicas
+        with marked_timer("update_actor", timing_raw, color="red"):
+            actor_output = self._update_actor(batch)
+        metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        return batch
+
+    @property
+    def responses_per_prompt(self) -> int:
+        """Responses per training group. verl sizes mini-batches as ppo_mini_batch_size x rollout.n; a recipe whose
+        groups are larger than rollout.n (fast DAPO: N = n + n_continue) overrides this."""
+        return int(self.config.actor_rollout_ref.rollout.n)
+
+    @contextlib.contextmanager
+    def _rollout_n_as_group_size(self):
+        rollout = self.config.actor_rollout_ref.rollout
+        saved = rollout.n
+        with open_dict(self.config):
+            rollout.n = self.responses_per_prompt
+        try:
+            yield
+        finally:
+            with open_dict(self.config):
+                rollout.n = saved
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        with self._rollout_n_as_group_size():
+            return super()._update_actor(batch)
+
+    def _update_critic(self, batch: DataProto) -> DataProto:
+        with self._rollout_n_as_group_size():
+            return super()._update_critic(batch)
+
+    def sync_weights(self, timing_raw: dict) -> None:
+        with marked_timer("update_weights", timing_raw, color="red"):
+            self.checkpoint_manager.update_weights(self.global_steps)  # also wakes the replicas
+        self._rollout_awake = True
+
+    # ------------------------------------------------------------------ the loop
+    def step_metrics(self) -> dict:
+        """Recipe-specific metrics added to every step's log line (the fast DAPO controller's counters)."""
+        return {}
+
+    def fit(self):
+        from omegaconf import OmegaConf
+        from verl.utils.tracking import Tracking
+
+        tracker = Tracking(
+            project_name=self.config.trainer.project_name,
+            experiment_name=self.config.trainer.experiment_name,
+            default_backend=self.config.trainer.logger,
+            config=OmegaConf.to_container(self.config, resolve=True),
+        )
+        self.global_steps = 0
+        self._load_checkpoint()
+        self.checkpoint_manager.update_weights(self.global_steps)
+        self._rollout_awake = True
+        jsonl_path = self.config.trainer.get("jsonl_metrics_path")
+        if jsonl_path:
+            self.metrics_log = JsonlMetricsWriter(jsonl_path, resume_from_step=self.global_steps)
+        if self.config.trainer.get("val_before_train", True) and self.global_steps == 0:
+            val_metrics = self._validate()
+            pprint(f"Initial validation metrics: {val_metrics}")
+            tracker.log(data=val_metrics, step=0)
+        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        self.global_steps += 1
+        try:
+            if self.global_steps > self.total_training_steps:
+                return
+            for batch, metrics, timing_raw in self.training_batches():
+                is_last = self.global_steps >= self.total_training_steps
+                t0 = time.monotonic()
+                with marked_timer("step", timing_raw):
+                    batch = self.train_on_batch(batch, metrics, timing_raw)
+                    save_freq = self.config.trainer.save_freq
+                    if save_freq > 0 and (is_last or self.global_steps % save_freq == 0):
+                        with marked_timer("save_checkpoint", timing_raw, color="green"):
+                            self.train_time_s += time.monotonic() - t0
+                            t0 = time.monotonic()
+                            self._save_checkpoint()
+                    self.sync_weights(timing_raw)
+                test_freq = self.config.trainer.test_freq
+                if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
+                    with marked_timer("testing", timing_raw, color="green"):
+                        metrics.update(self._validate())
+                self.train_time_s += time.monotonic() - t0
+                metrics.update(self._step_metrics(batch, timing_raw))
+                tracker.log(data=metrics, step=self.global_steps)
+                if self.metrics_log is not None:
+                    self.metrics_log.log(self.global_steps, metrics)
+                progress.update(1)
+                if is_last:
+                    return
+                self.global_steps += 1
+        finally:
+            progress.close()
+            if self.metrics_log is not None:
+                self.metrics_log.close()
+            self._shutdown_dump_executor()
+
+    def _step_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
+        m = {"training/global_step": self.global_steps, "time/wall": time.time(), "time/train_total_s": self.train_time_s}
+        m.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
+        m.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
+        m.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=self.resource_pool_manager.get_n_gpus()))
+        m.update(self.step_metrics())
+        return m

@@ -1,0 +1,49 @@
+"""Ray TaskRunner that builds verl's workers, datasets and resource pools exactly as verl 0.9.1's legacy runner does,
+then runs the trainer class named by `trainer.trainer_cls` (default: the project's ExtRayPPOTrainer)."""
+
+from __future__ import annotations
+
+import ray
+from omegaconf import OmegaConf
+from verl.trainer.main_ppo_v0 import BaseTaskRunner
+
+DEFAULT_TRAINER = "verl_ext.trainer.ppo_trainer.ExtRayPPOTrainer"
+
+
+@ray.remote
+class ExtTaskRunner(BaseTaskRunner):
+    def run(self, config):
+        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
+        from verl.utils.config import omega_conf_to_dataclass, validate_config
+        from verl.utils.dataset.rl_dataset import collate_fn
+        from verl.utils.import_utils import load_class_from_fqn
+        from verl.workers.config import HFModelConfig
+
+        OmegaConf.resolve(config)
+        _, worker_group_cls = self.add_actor_rollout_worker(config)
+        self.add_critic_worker(config)
+        self.add_reward_model_resource_pool(config)
+        self.add_teacher_model_resource_pool(config)
+        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        tokenizer, processor = model_config.tokenizer, model_config.processor
+        data = config.data
+        train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True,
+                                          max_samples=data.get("train_max_samples", -1))
+        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False,
+                                        max_samples=data.get("val_max_samples", -1))
+        trainer_cls = load_class_from_fqn(config.trainer.get("trainer_cls") or DEFAULT_TRAINER, "trainer")
+        trainer = trainer_cls(
+            config=config,
+            tokenizer=tokenizer,
+            processor=processor,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=self.init_resource_pool_mgr(config),
+            ray_worker_group_cls=worker_group_cls,
+            train_dataset=train_dataset,
+            val_dataset=val_dataset,
+            collate_fn=collate_fn,
+            train_sampler=create_rl_sampler(data, train_dataset),
+        )
+        trainer.init_workers()
+        trainer.fit()
