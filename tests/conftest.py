@@ -40,12 +40,20 @@ def tiny_tokenizer(tiny_assets):
 
 
 @pytest.fixture(scope="session")
-def ray_cpu(tmp_path_factory):
+def ray_cpu():
     """One Ray session for every end-to-end test (Ray start-up is paid once)."""
+    import shutil
+    import tempfile
+
     from verl_ext.cpu.session import cpu_session
 
-    with cpu_session(tmp_path_factory.mktemp("ray_session")):
-        yield
+    # Ray's socket paths must stay under 107 bytes: a short private dir, not pytest's deep tmp_path.
+    tmp = tempfile.mkdtemp(prefix="vxray-", dir="/tmp")
+    try:
+        with cpu_session(tmp):
+            yield
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def tiny_run_overrides(assets, out_dir: Path, steps: int) -> list[str]:
@@ -77,3 +85,35 @@ def tiny_run_overrides(assets, out_dir: Path, steps: int) -> list[str]:
 def read_file_logger(path: Path) -> list[dict]:
     """verl's FileLogger lines: {"step": s, "data": {...}}."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def run_task_runner(runner_cls, cfg, env: dict | None = None, timeout: float = 900):
+    """Run one training job in the shared Ray session and tear its actors down afterwards, even on failure (the
+    runner owns the workers and vLLM servers; killing it frees their memory for the next test)."""
+    import ray
+
+    runner = runner_cls.options(runtime_env={"env_vars": env or {}}).remote()
+    try:
+        return ray.get(runner.run.remote(cfg), timeout=timeout)
+    finally:
+        ray.kill(runner)
+        _release_cluster()
+
+
+def _release_cluster():
+    """What a finished driver's exit would free. The runner's actors and placement groups share its fate, but their
+    removal is asynchronous: wait until the pretend GPU slot is free again, removing any placement group left."""
+    import time
+
+    import ray
+    from ray.util import placement_group_table, remove_placement_group
+    from ray.util.placement_group import PlacementGroup
+
+    deadline = time.monotonic() + 120
+    while ray.available_resources().get("GPU", 0) < 1:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the previous run's resources were not released within 120 s")
+        for pg_id, info in placement_group_table().items():
+            if info["state"] == "CREATED":
+                remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+        time.sleep(0.5)

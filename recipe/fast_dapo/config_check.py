@@ -78,11 +78,34 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
         raise ConfigError("fast DAPO runs on verl's legacy trainer: set trainer.use_v1=false")
     if int(cfg.actor_rollout_ref.rollout.agent.num_workers) < 1:
         raise ConfigError("actor_rollout_ref.rollout.agent.num_workers must be >= 1")
+    _micro_batch_checks(cfg, s)
     _verl_checks(cfg, s)
     from verl_ext.advantage.config import validate_algorithm_config
 
     validate_algorithm_config(cfg.algorithm)
     return s
+
+
+def _micro_batch_checks(cfg: DictConfig, s: CurriculumSettings) -> None:
+    """verl's engine splits each training batch (train_batch_size x N rows) into micro-batches and asserts, deep in a
+    worker, that they divide it evenly; check that here."""
+    arr = cfg.actor_rollout_ref
+    rows = s.train_batch_size * s.N
+    for name, sub in (("actor_rollout_ref.rollout", arr.rollout), ("actor_rollout_ref.ref", arr.ref)):
+        micro = sub.get("log_prob_micro_batch_size_per_gpu")
+        if not sub.get("log_prob_use_dynamic_bsz", False) and micro and rows % int(micro):
+            raise ConfigError(
+                f"{name}.log_prob_micro_batch_size_per_gpu={micro} must divide the training batch of "
+                f"train_batch_size x N = {s.train_batch_size} x {s.N} = {rows} rows"
+            )
+    actor = arr.actor
+    mini_rows = int(actor.ppo_mini_batch_size) * s.N
+    micro = actor.get("ppo_micro_batch_size_per_gpu")
+    if not actor.get("use_dynamic_bsz", False) and micro and mini_rows % int(micro):
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} must divide a mini-batch of "
+            f"ppo_mini_batch_size x N = {actor.ppo_mini_batch_size} x {s.N} = {mini_rows} rows"
+        )
 
 
 def _verl_checks(cfg: DictConfig, s: CurriculumSettings) -> None:

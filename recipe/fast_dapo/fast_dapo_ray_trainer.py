@@ -40,6 +40,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             filter_metric=s.filter_metric,
         )
         self.data_epoch = 0  # epochs of the prompt dataloader consumed (independent of training steps)
+        self.pad_rows = 0  # rows added so the fused batch splits evenly over agent-loop workers
+        self._batch_stats: dict = {}
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
         super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
@@ -52,12 +54,18 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
 
     # ---------------------------------------------------------------- checkpointed state beyond verl's
     def extra_state_dict(self) -> dict:
-        return {**super().extra_state_dict(), "controller": self.controller.state_dict(), "data_epoch": self.data_epoch}
+        return {
+            **super().extra_state_dict(),
+            "controller": self.controller.state_dict(),
+            "data_epoch": self.data_epoch,
+            "pad_rows": self.pad_rows,
+        }
 
     def load_extra_state_dict(self, state: dict) -> None:
         super().load_extra_state_dict(state)
         self.controller.load_state_dict(state["controller"])
         self.data_epoch = int(state.get("data_epoch", 0))
+        self.pad_rows = int(state.get("pad_rows", 0))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -78,7 +86,9 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         return self.controller.N
 
     def step_metrics(self) -> dict:
-        return {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
+        m = {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
+        m.update(self._batch_stats)
+        return m
 
     # ---------------------------------------------------------------- the curriculum loop
     def _fresh_prompts(self, it):
@@ -103,6 +113,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         while True:
             if self.controller.is_ready_for_training():
                 batch = self.controller.get_training_data()
+                self._batch_stats = self._describe(batch)
                 batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
                 yield batch, {"training/epoch": self.data_epoch}, timing_raw
                 timing_raw = {}
@@ -115,7 +126,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             self._check_generation_budget()
             with marked_timer("gen_total", timing_raw):
                 fused = self.controller.get_generation_inputs()
-                padded, _ = pad_to_multiple(fused, num_workers)
+                padded, n_pad = pad_to_multiple(fused, num_workers)
+                self.pad_rows += n_pad
                 # verl's _get_gen_batch moves every non-reward column into the generation batch; the controller's
                 # markers must come back beside the responses.
                 markers = {k: padded.non_tensor_batch[k] for k in (PHASE_KEY, PAD_KEY)}
@@ -126,6 +138,22 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 rows = padded.union(out)
                 rows.non_tensor_batch.update(markers)
                 self.controller.update(rows, metric_values=self._filter_metric_values(out))
+
+    def _describe(self, batch: DataProto) -> dict:
+        """What the training step receives: its size, groups, and the share of groups whose filter metric varies."""
+        uids = batch.non_tensor_batch["uid"]
+        metric = np.asarray(batch.non_tensor_batch[self.controller.filter_metric], dtype=float)
+        _, gid = np.unique(uids, return_inverse=True)
+        lo = np.full(gid.max() + 1, np.inf)
+        hi = np.full(gid.max() + 1, -np.inf)
+        np.minimum.at(lo, gid, metric)
+        np.maximum.at(hi, gid, metric)
+        return {
+            "curriculum/train_batch_responses": float(len(batch)),
+            "curriculum/train_batch_groups": float(len(lo)),
+            "curriculum/train_groups_mixed_frac": float(np.mean(hi > lo)),
+            "curriculum/pad_rows_total": float(self.pad_rows),
+        }
 
     def _filter_metric_values(self, out: DataProto):
         """The filter metric per row: a reward extra key (acc, ...) if the reward returns it, else the sequence score."""

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-import ray
 import torch
 
-from tests.conftest import read_file_logger, tiny_run_overrides
+from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
 from verl_ext.config.compose import compose_config
 
 pytestmark = pytest.mark.e2e
@@ -39,8 +38,7 @@ def test_stock_grpo_trains_on_cpu(ray_cpu, tiny_assets, tmp_path):
         backend="cpu",
     )
     log = tmp_path / "metrics.jsonl"
-    runner = TaskRunner.options(runtime_env={"env_vars": {"VERL_FILE_LOGGER_PATH": str(log)}}).remote()
-    ray.get(runner.run.remote(cfg), timeout=600)  # returns only when the run has exited cleanly
+    run_task_runner(TaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})  # returns once the run exits cleanly
 
     rows = read_file_logger(log)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))

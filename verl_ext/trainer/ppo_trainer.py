@@ -41,15 +41,6 @@ from verl_ext.metrics_log import JsonlMetricsWriter
 EXTRA_STATE_FILE = "verl_ext_state.pt"
 
 
-def execution_surprisal_variance(old_log_probs, response_mask, planning_mask) -> float | None:
-    """Variance of -log p over execution tokens of the batch: the signal SEPA's `auto` schedule tracks."""
-    mask = response_mask.bool()
-    if planning_mask is not None:
-        mask = mask & ~planning_mask.bool()
-    u = (-old_log_probs[mask]).clamp(max=50.0)
-    return float(u.var(unbiased=False)) if u.numel() > 1 else None
-
-
 class ExtRayPPOTrainer(RayPPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -63,16 +54,22 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         )
         self.train_time_s = 0.0
         self._rollout_awake = False
+        self.generate_calls = 0  # rollout calls since the run began (logged as rollout/generate_calls)
         self.metrics_log: JsonlMetricsWriter | None = None
 
     # ------------------------------------------------------------------ state that verl's checkpoints do not hold
     def extra_state_dict(self) -> dict:
-        return {"sepa": self.sepa.state_dict() if self.sepa else None, "train_time_s": self.train_time_s}
+        return {
+            "sepa": self.sepa.state_dict() if self.sepa else None,
+            "train_time_s": self.train_time_s,
+            "generate_calls": self.generate_calls,
+        }
 
     def load_extra_state_dict(self, state: dict) -> None:
         if self.sepa and state.get("sepa") is not None:
             self.sepa.load_state_dict(state["sepa"])
         self.train_time_s = float(state.get("train_time_s", 0.0))
+        self.generate_calls = int(state.get("generate_calls", 0))
 
     def _save_checkpoint(self):
         super()._save_checkpoint()
@@ -108,6 +105,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         """
         with marked_timer("gen", timing_raw, color="red"):
             out = self.async_rollout_manager.generate_sequences(gen_batch)
+        self.generate_calls += 1
         timing_raw.update(out.meta_info.pop("timing", {}))
         return out
 
@@ -186,10 +184,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         metrics.update(adv_metrics)
         if self.sepa is not None:
             # SEPA's gate and EMA see this step's rollouts after its lambda was resolved (ALGORITHMS.md section 3).
-            rewards = batch.batch["token_level_rewards"].sum(-1)
-            var = execution_surprisal_variance(batch.batch["old_log_probs"], mask, planning)
-            self.sepa.observe(var, float((rewards > 0.5).float().mean()))
-            metrics["sepa/lambda"] = float(sepa_lambda)
+            self.sepa.observe(adv_metrics.get("adv/exec_u_var_before"), adv_metrics.get("adv/correct_rate"))
         return batch
 
     def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
@@ -325,7 +320,12 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             self._shutdown_dump_executor()
 
     def _step_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
-        m = {"training/global_step": self.global_steps, "time/wall": time.time(), "time/train_total_s": self.train_time_s}
+        m = {
+            "training/global_step": self.global_steps,
+            "time/wall": time.time(),
+            "time/train_total_s": self.train_time_s,
+            "rollout/generate_calls": self.generate_calls,
+        }
         m.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
         m.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
         m.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=self.resource_pool_manager.get_n_gpus()))

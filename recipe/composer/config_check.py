@@ -1,0 +1,123 @@
+"""Read and validate the Composer settings in the driver, before Ray starts (and again in the trainer).
+
+The channel weights: `algorithm.alpha_sdpo` (read by the `grpo_composer` estimator) and `composer.beta_replay`.
+Everything else of the recipe is under `composer` (see config/composer.yaml for meanings and recommended values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_ext.composer.teacher_pool import TeacherPoolConfig
+
+HINT_MODES = ("turn", "append")
+_TOP_KEYS = {"beta_replay", "sdpo", "replay"}
+_SDPO_KEYS = {"hint_mode", "sibling_solution"}
+_REPLAY_KEYS = {"beta_dpo", "max_pairs_per_step", "rule", "min_agree", "pairs_path", "teacher_pool"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ComposerSettings:
+    alpha_sdpo: float
+    beta_replay: float
+    hint_mode: str
+    sibling_solution: bool
+    beta_dpo: float
+    max_pairs_per_step: int
+    rule: str
+    min_agree: int
+    pairs_path: str | None
+    pool: TeacherPoolConfig | None  # None when beta_replay == 0: no teacher is ever called
+
+    @property
+    def sdpo_on(self) -> bool:
+        return self.alpha_sdpo > 0
+
+    @property
+    def replay_on(self) -> bool:
+        return self.beta_replay > 0
+
+
+def _plain(node) -> dict:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+def _check_keys(section: dict, allowed: set, where: str) -> None:
+    unknown = set(section) - allowed
+    if unknown:
+        raise ConfigError(f"unknown {where} keys {sorted(unknown)}; allowed: {sorted(allowed)} "
+                          "(see recipe/composer/config/composer.yaml)")
+
+
+def composer_settings(cfg: DictConfig) -> ComposerSettings:
+    """Validated settings from a resolved run config; ConfigError names the offending key."""
+    algo = cfg.algorithm
+    if algo.adv_estimator != "grpo_composer":
+        raise ConfigError(f"the composer recipe needs algorithm.adv_estimator=grpo_composer, got {algo.adv_estimator!r}")
+    comp = _plain(cfg.get("composer"))
+    _check_keys(comp, _TOP_KEYS, "composer")
+    sdpo, replay = comp.get("sdpo") or {}, comp.get("replay") or {}
+    _check_keys(sdpo, _SDPO_KEYS, "composer.sdpo")
+    _check_keys(replay, _REPLAY_KEYS, "composer.replay")
+    alpha = float(algo.get("alpha_sdpo", 0.0) or 0.0)
+    beta = float(comp.get("beta_replay", 0.0) or 0.0)
+    if alpha < 0 or beta < 0:
+        raise ConfigError(f"algorithm.alpha_sdpo and composer.beta_replay must be >= 0, got {alpha}, {beta}")
+    hint_mode = sdpo.get("hint_mode", "turn")
+    if hint_mode not in HINT_MODES:
+        raise ConfigError(f"composer.sdpo.hint_mode must be one of {HINT_MODES}, got {hint_mode!r}")
+    beta_dpo = float(replay.get("beta_dpo", 0.1))
+    if not beta_dpo > 0:
+        raise ConfigError(f"composer.replay.beta_dpo must be > 0, got {beta_dpo}")
+    max_pairs = int(replay.get("max_pairs_per_step", 8))
+    rows_per_minibatch = int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+    if beta > 0 and rows_per_minibatch % 2:
+        raise ConfigError(f"composer.beta_replay > 0 needs an even ppo_mini_batch_size x n (chosen + rejected rows), "
+                          f"got {rows_per_minibatch}")
+    if not 1 <= max_pairs <= rows_per_minibatch // 2:
+        raise ConfigError(
+            f"composer.replay.max_pairs_per_step={max_pairs}: must be in [1, {rows_per_minibatch // 2}] (the pairs' "
+            f"chosen + rejected rows fill one extra actor mini-batch of ppo_mini_batch_size x n = {rows_per_minibatch} rows)"
+        )
+    pool = None
+    if beta > 0:
+        if not replay.get("pairs_path"):
+            raise ConfigError("composer.beta_replay > 0 needs composer.replay.pairs_path (the DPO pairs JSONL)")
+        pool_raw = replay.get("teacher_pool") or {}
+        try:
+            pool = TeacherPoolConfig.from_dict(pool_raw)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"composer.replay.teacher_pool: {e}") from e
+        from verl.trainer.ppo.utils import need_reference_policy
+
+        if not need_reference_policy(cfg):
+            raise ConfigError(
+                "composer.beta_replay > 0 needs verl's reference model for the DPO reference log-probs: set "
+                "actor_rollout_ref.actor.use_kl_loss=true (kl_loss_coef may be 0.0) or algorithm.use_kl_in_reward=true"
+            )
+        from verl_ext.composer.disagreement import DisagreementConfig
+
+        try:
+            DisagreementConfig(rule=replay.get("rule", "majority"), min_agree=int(replay.get("min_agree", 2)))
+        except ValueError as e:
+            raise ConfigError(f"composer.replay: {e}") from e
+    if cfg.trainer.get("use_v1", False):
+        raise ConfigError("the composer recipe runs on verl's legacy trainer: set trainer.use_v1=false")
+    return ComposerSettings(
+        alpha_sdpo=alpha,
+        beta_replay=beta,
+        hint_mode=hint_mode,
+        sibling_solution=bool(sdpo.get("sibling_solution", False)),
+        beta_dpo=beta_dpo,
+        max_pairs_per_step=max_pairs,
+        rule=str(replay.get("rule", "majority")),
+        min_agree=int(replay.get("min_agree", 2)),
+        pairs_path=replay.get("pairs_path"),
+        pool=pool,
+    )

