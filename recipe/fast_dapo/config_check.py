@@ -34,12 +34,13 @@ def curriculum_settings(cfg: DictConfig) -> CurriculumSettings:
     cur = cfg.get("curriculum") or {}
     rollout = cfg.actor_rollout_ref.rollout
     n_continue = cur.get("n_continue", rollout.get("n_continue", 0))
+    gen_batch_size = cfg.data.get("gen_batch_size")
     return CurriculumSettings(
         mode=cur.get("mode", "fast") if cur.get("enable", True) else "plain",
         n=int(rollout.n),
         n_continue=int(n_continue),
         train_batch_size=int(cfg.data.train_batch_size),
-        gen_batch_size=int(cfg.data.get("gen_batch_size") or cfg.data.train_batch_size),
+        gen_batch_size=int(cfg.data.train_batch_size if gen_batch_size is None else gen_batch_size),
         filter_metric=str(cur.get("filter_metric", "acc")),
         max_num_gen_batches=int(cur.get("max_num_gen_batches", 0)),
     )

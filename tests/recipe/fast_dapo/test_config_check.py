@@ -1,0 +1,80 @@
+"""Bad fast DAPO settings fail in the driver, before Ray starts, with a message naming the setting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from verl import DataProto
+
+from recipe.fast_dapo.config_check import ConfigError, prepare_config
+from recipe.fast_dapo.fast_dapo_ray_trainer import GenerationBudgetExceeded, RayFastDAPOTrainer
+from verl_ext.config.compose import compose_config
+from verl_ext.curriculum import DataController
+from verl_ext.toy.resolvers import register_resolvers
+
+register_resolvers()
+
+
+def _cfg(*overrides):
+    return compose_config("fast_dapo", ["+preset=cpu_demo", *overrides], config_module="recipe.fast_dapo.config")
+
+
+def test_demo_preset_is_valid_and_n_continue_moves_out_of_verls_rollout_config():
+    cfg = _cfg()
+    s = prepare_config(cfg)
+    assert (s.mode, s.n, s.n_continue, s.N) == ("fast", 4, 4, 8)
+    assert "n_continue" not in cfg.actor_rollout_ref.rollout  # verl's RolloutConfig rejects unknown fields
+    from verl.utils.config import omega_conf_to_dataclass
+
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # would raise on the unknown key
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["curriculum.mode=fastest"], "curriculum.mode='fastest'"),
+        (["actor_rollout_ref.rollout.n=1"], "n must be >= 2"),
+        (["actor_rollout_ref.rollout.n_continue=-1"], "n_continue >= 0"),
+        (["+curriculum.typo_key=1"], "unknown curriculum keys"),
+        (["curriculum.max_num_gen_batches=-2"], "max_num_gen_batches"),
+        (["data.gen_batch_size=0"], "gen_batch_size"),
+        (["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=7"], "must divide the training batch"),
+        (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5"], "must divide a mini-batch"),
+        (["trainer.use_v1=true"], "use_v1=false"),
+        (["curriculum.enable=maybe"], "curriculum.enable"),
+        (["algorithm.adv_estimator=gtpo", "+algorithm.uncertainty_kind=telepathy"], "telepathy"),
+    ],
+)
+def test_bad_settings_fail_before_ray(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        prepare_config(_cfg(*overrides))
+
+
+def test_plain_and_dapo_modes_validate():
+    assert prepare_config(_cfg("curriculum.enable=false")).mode == "plain"
+    assert prepare_config(_cfg("curriculum.mode=dapo")).mode == "dapo"
+
+
+def _screened_all_wrong(ctrl: DataController, n_prompts: int):
+    ids = [f"p{ctrl.counters['generation_calls']}-{i}" for i in range(n_prompts)]
+    prompts = DataProto.from_dict(
+        tensors={"x": torch.zeros(n_prompts, 1)}, non_tensors={"uid": np.array(ids, dtype=object)}
+    )
+    ctrl.add_fresh_prompts(prompts)
+    rows = ctrl.get_generation_inputs()
+    rows.non_tensor_batch["acc"] = np.zeros(len(rows))  # every screened prompt all wrong: nothing is kept
+    ctrl.update(rows)
+
+
+def test_generation_budget_error_reports_keep_rate_and_what_to_change():
+    trainer = object.__new__(RayFastDAPOTrainer)  # only the budget check, on a real controller
+    trainer.controller = DataController(train_batch_size=2, n=2, n_continue=2, mode="fast")
+    trainer.max_num_gen_batches = 3
+    for _ in range(3):
+        trainer._check_generation_budget()
+        _screened_all_wrong(trainer.controller, 4)
+    with pytest.raises(GenerationBudgetExceeded, match=r"keep rate 0\.000 \(0 of 12 prompts; all-correct 0, all-wrong 12\)"):
+        trainer._check_generation_budget()
+    trainer.max_num_gen_batches = 0  # 0 = no limit
+    trainer._check_generation_budget()
