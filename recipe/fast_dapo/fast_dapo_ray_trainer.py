@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
+from omegaconf import OmegaConf, open_dict
 from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.utils.debug import marked_timer
@@ -51,6 +52,15 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             dataset=dl.dataset, batch_size=dl.batch_size, num_workers=dl.num_workers, drop_last=False,
             collate_fn=dl.collate_fn, sampler=dl.sampler,
         )
+        if self.config.trainer.total_training_steps is None:
+            # verl counts dataloader batches; here a step is train_batch_size kept prompts. Without an explicit
+            # total, plan the LR schedule for the most steps the data can give (every prompt kept).
+            steps = len(dl.dataset) * self.config.trainer.total_epochs // self.config.data.train_batch_size
+            self.total_training_steps = max(steps, 1)
+            with open_dict(self.config):
+                self.config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
+                if OmegaConf.select(self.config, "critic.optim"):
+                    self.config.critic.optim.total_training_steps = self.total_training_steps
 
     # ---------------------------------------------------------------- checkpointed state beyond verl's
     def extra_state_dict(self) -> dict:

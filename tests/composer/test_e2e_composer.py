@@ -8,10 +8,9 @@ import math
 import re
 
 import pytest
-import ray
 
 from tests.composer.conftest import ScriptedChatServer
-from tests.conftest import read_file_logger, tiny_run_overrides
+from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
 from verl_ext.config.compose import compose_config
 
 pytestmark = pytest.mark.e2e
@@ -55,8 +54,7 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
         env = {"VERL_FILE_LOGGER_PATH": str(log), "COMPOSER_E2E_KEY": SECRET}
         from verl_ext.trainer.task_runner import ExtTaskRunner
 
-        runner = ExtTaskRunner.options(runtime_env={"env_vars": env}).remote()
-        ray.get(runner.run.remote(cfg), timeout=900)
+        run_task_runner(ExtTaskRunner, cfg, env=env)
     finally:
         server.close()
 

@@ -50,9 +50,11 @@ def test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state(ray_cp
             "actor/pg_loss", "actor/grad_norm", "critic/advantages/mean",
         ):
             assert key in r and r[key] is not None and math.isfinite(r[key]), (r["step"], key, r.get(key))
-        # Shannon entropy over the vocabulary is what the transform pooled: exec-token variance shrinks under SEPA
+        # SEPA pooled the Shannon entropies of execution tokens towards each response's mean: their variance over
+        # the batch shrinks (within-response variance scales by (1 - lambda)^2; the between-response part stays).
         assert r["adv/exec_u_var_after"] <= r["adv/exec_u_var_before"] + 1e-9
-    assert rows[1]["adv/exec_u_var_after"] == pytest.approx(0.0, abs=1e-9)  # lambda 1: execution tokens pooled
+    # lambda 1: no within-response variance left, only the small spread of per-response means.
+    assert rows[1]["adv/exec_u_var_after"] < 0.1 * rows[1]["adv/exec_u_var_before"]
 
     state = torch.load(tmp_path / "ckpt" / f"global_step_{steps}" / "verl_ext_state.pt", weights_only=False)
     assert state["sepa"]["n_observed"] == steps and state["sepa"]["var_ema"] > 0

