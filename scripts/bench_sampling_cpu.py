@@ -61,13 +61,26 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {name: summarize(run_mode(name, o, args.steps, out)) for name, o in MODES.items()}
+    results, failures = {}, {}
+    for name, o in MODES.items():
+        try:
+            results[name] = summarize(run_mode(name, o, args.steps, out))
+        except subprocess.CalledProcessError:
+            # e.g. GenerationBudgetExceeded when the policy drifts to all-wrong groups: a result in itself
+            tail = (out / f"{name}.log").read_text().splitlines()
+            failures[name] = next((line for line in reversed(tail) if "Exceeded" in line or "Error" in line), "failed")
+    for name, why in failures.items():
+        print(f"{name}: run failed: {why[:300]}")
+    if not results:
+        return
     cols = list(next(iter(results.values())))
     print("\nreal tiny-model CPU run, N = 8 (n = 4 + 4), train_batch_size = 8, gen_batch_size = 12, "
           f"{args.steps} steps per mode (* steps 2.. only)")
     print(f"{'mode':6s} " + " ".join(f"{c:>15s}" for c in cols))
     for name, r in results.items():
         print(f"{name:6s} " + " ".join(f"{r[c]:15.3f}" for c in cols))
+    if "dapo" not in results or "fast" not in results:
+        return
     d, f = results["dapo"], results["fast"]
     print(f"\nfast vs dapo: {d['responses/group'] / f['responses/group']:.2f}x fewer responses per training group, "
           f"{d['calls/step'] / f['calls/step']:.2f}x fewer generation calls per training step")

@@ -284,27 +284,27 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             pprint(f"Initial validation metrics: {val_metrics}")
             tracker.log(data=val_metrics, step=0)
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
+        time_base, fit_start = self.train_time_s, time.monotonic()
         self.global_steps += 1
         try:
             if self.global_steps > self.total_training_steps:
                 return
             for batch, metrics, timing_raw in self.training_batches():
                 is_last = self.global_steps >= self.total_training_steps
-                t0 = time.monotonic()
                 with marked_timer("step", timing_raw):
                     batch = self.train_on_batch(batch, metrics, timing_raw)
                     save_freq = self.config.trainer.save_freq
                     if save_freq > 0 and (is_last or self.global_steps % save_freq == 0):
                         with marked_timer("save_checkpoint", timing_raw, color="green"):
-                            self.train_time_s += time.monotonic() - t0
-                            t0 = time.monotonic()
+                            self.train_time_s = time_base + time.monotonic() - fit_start
                             self._save_checkpoint()
                     self.sync_weights(timing_raw)
                 test_freq = self.config.trainer.test_freq
                 if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
                     with marked_timer("testing", timing_raw, color="green"):
                         metrics.update(self._validate())
-                self.train_time_s += time.monotonic() - t0
+                self.train_time_s = time_base + time.monotonic() - fit_start
                 metrics.update(self._step_metrics(batch, timing_raw))
                 tracker.log(data=metrics, step=self.global_steps)
                 if self.metrics_log is not None:

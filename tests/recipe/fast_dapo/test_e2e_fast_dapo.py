@@ -71,6 +71,8 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2)))
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4], "no step twice, none missing"
+    times = [m["time/train_total_s"] for m in rows]
+    assert times == sorted(times) and times[0] > 0, "training time carries over the resume (from the checkpoint)"
     for m in rows:
         assert m["curriculum/train_batch_responses"] == TRAIN_BATCH * N
         assert m["curriculum/train_batch_groups"] == TRAIN_BATCH
