@@ -10,7 +10,7 @@ Bernoulli draw of it. Rows come back shuffled, as from verl's agent loop.
 gen_batch_size per mode (the knob that sets how many calls a step needs; printed in the table):
 - plain: train_batch_size (every group is used: one call per step).
 - dapo:  train_batch_size (the smallest batch that can fill a step in one round; verl-recipe's larger
-  gen_batch_size trims the surplus groups, ours buffers them, so this is the generous DAPO baseline).
+  gen_batch_size; surplus mixed groups are dropped when a batch is taken, as in verl-recipe).
 - fast (default, "one call/step"): ceil(train_batch_size / keep_n) with keep_n = E[1-p^n-(1-p)^n] from the cost
   model: the seed's design, one fused call per training step on average. Such a call holds about
   train_batch_size x two-phase cost responses, more than a DAPO round's train_batch_size x N ("resp/call").

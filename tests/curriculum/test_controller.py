@@ -82,6 +82,10 @@ class ReferenceController:
     def train(self):
         batch, self.ready = self.ready[: self.tbs], self.ready[self.tbs :]
         self.counts["training_groups_emitted"] += self.tbs
+        if self.mode == "dapo":  # verl-recipe trims the surplus
+            self.counts["surplus_groups_dropped"] += len(self.ready)
+            self.discarded += [r for _, rids in self.ready for r in rids]
+            self.ready = []
         return batch
 
 
@@ -261,7 +265,7 @@ def test_random_sequences_match_reference(mode, n, n_continue, tbs, seed):
     assert c["prompts_kept"] + c["discarded_all_correct"] + c["discarded_all_wrong"] == c["prompts_screened"]
     assert c["training_groups_emitted"] == len(ep.outputs) * tbs
     assert c["groups_ready"] == len(ref.ready) and c["prompts_awaiting_continuation"] == len(ref.held)
-    assert c["groups_completed"] == c["training_groups_emitted"] + c["groups_ready"]
+    assert c["groups_completed"] == c["training_groups_emitted"] + c["groups_ready"] + c["surplus_groups_dropped"]
     assert c["responses_per_training_group"] == pytest.approx(c["responses_generated"] / c["training_groups_emitted"])
     assert c["keep_rate"] == pytest.approx(c["prompts_kept"] / c["prompts_screened"])
 
@@ -487,3 +491,17 @@ def test_caller_mutating_its_batch_does_not_reach_the_controller():
     fresh.pop(batch_keys=["input_ids"], non_tensor_batch_keys=["reward_model"])  # as verl's trainer does
     gen_in = ctrl.get_generation_inputs()
     assert "input_ids" in gen_in.batch.keys() and "reward_model" in gen_in.non_tensor_batch
+
+
+def test_dapo_drops_the_surplus_like_verl_recipe_while_plain_keeps_it():
+    for mode, left in (("dapo", 0), ("plain", 1)):
+        ctrl = DataController(train_batch_size=2, n=1, n_continue=1, mode=mode)
+        uids = np.array(["a", "b", "c"], dtype=object)
+        ctrl.add_fresh_prompts(DataProto.from_dict(tensors={"x": torch.zeros(3, 1)}, non_tensors={"uid": uids}))
+        rows = ctrl.get_generation_inputs()
+        rows.non_tensor_batch["acc"] = np.tile([1.0, 0.0], 3)  # every group mixed: 3 ready groups
+        ctrl.update(rows)
+        batch = ctrl.get_training_data()
+        assert len(batch) == 4 and list(dict.fromkeys(batch.non_tensor_batch["uid"])) == ["a", "b"]
+        assert ctrl.counters["groups_ready"] == left
+        assert ctrl.counters["surplus_groups_dropped"] == 1 - left

@@ -60,6 +60,7 @@ COUNTERS = (
     "generation_calls_since_training",  # reset by get_training_data(); for the trainer's max_num_gen_batches
     "groups_completed",  # groups of N that reached prompts_for_training
     "training_groups_emitted",  # groups handed out by get_training_data()
+    "surplus_groups_dropped",  # dapo: ready groups beyond the batch, dropped by get_training_data() (the recipe's trim)
 )
 STATE_VERSION = 1
 
@@ -178,7 +179,7 @@ class DataController:
 
     def get_training_data(self) -> DataProto:
         """The oldest ``train_batch_size`` groups, N rows each, each uid's rows contiguous (screening first).
-        Groups beyond that stay buffered for the next step."""
+        Groups beyond that stay buffered for the next step (fast, plain) or are dropped (dapo, as verl-recipe)."""
         if not self.is_ready_for_training():
             raise RuntimeError(
                 f"get_training_data: {self.num_groups_ready} of {self.train_batch_size} groups ready; "
@@ -187,6 +188,9 @@ class DataController:
         take = self.train_batch_size * self.N
         ready = self.prompts_for_training
         self.prompts_for_training = ready[take:] if len(ready) > take else None
+        if self.mode == "dapo" and self.prompts_for_training is not None:
+            self._counts["surplus_groups_dropped"] += len(self.prompts_for_training) // self.N
+            self.prompts_for_training = None
         self._counts["training_groups_emitted"] += self.train_batch_size
         self._counts["generation_calls_since_training"] = 0
         return ready[:take]
