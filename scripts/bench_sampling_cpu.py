@@ -74,7 +74,7 @@ def main() -> None:
     if not results:
         return
     cols = list(next(iter(results.values())))
-    print("\nreal tiny-model CPU run, N = 8 (n = 4 + 4), train_batch_size = 8, gen_batch_size = 12, "
+    print("\nreal tiny-model CPU run, N = 8 (n = 4 + 4), train_batch_size = 8, gen_batch_size = 16 (the cpu_demo preset), "
           f"{args.steps} steps per mode (* steps 2.. only)")
     print(f"{'mode':6s} " + " ".join(f"{c:>15s}" for c in cols))
     for name, r in results.items():
