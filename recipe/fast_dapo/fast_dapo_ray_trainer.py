@@ -13,9 +13,11 @@ controller, so the three are compared side by side.
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import numpy as np
+import torch
 from omegaconf import OmegaConf, open_dict
 from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
@@ -83,10 +85,6 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         # meaningless here (steps are not batches). Restore it unconditionally.
         folder = self._resumed_step_folder() if self.global_steps else None
         if folder:
-            import os
-
-            import torch
-
             path = os.path.join(folder, "data.pt")
             if os.path.exists(path):
                 self.train_dataloader.load_state_dict(torch.load(path, weights_only=False))
