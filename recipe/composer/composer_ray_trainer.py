@@ -5,38 +5,38 @@
 One training step (on top of ExtRayPPOTrainer.train_on_batch: reward -> old/ref log-probs -> advantages -> update):
 
 1. GRPO (channel 1): the `grpo_composer` estimator's group-relative advantage; the actor's PPO loss is `loss/grpo`.
-2. SDPO, sampled-token form (channel 2, Recipe B), only if alpha_sdpo > 0: error sites are the responses with
-   acc == 0 (single-turn math / toy task). Each gets the hint "The correct answer is <ground truth>" (or, with
-   `sibling_solution`, a successful sibling's response), inserted as a user turn before the generation prompt
-   (hints.build_teacher_context). The actor worker scores the SAME response tokens under that context, without
-   gradient (one extra forward pass per error-site row), and the estimator adds
-   A_t += alpha_sdpo * (logp_teacher_t - logp_student_t) on the error-site tokens. `loss/sdpo` is the masked mean of
-   (logp_student - logp_teacher) over those tokens (the sampled-token estimate of KL(student || teacher)).
-3. Trace replay (channel 3), only if beta_replay > 0: after the step's rewards, each prompt of the step goes to the
+2. SDPO (channel 2), only if alpha_sdpo > 0. Error sites come from the batch (hints.error_sites_for_batch): the
+   environment's per-step metadata (`step_metas`: an error at step t targets assistant turn t + 1), an
+   `error_kind` column from the reward function, or a failed answer (`acc` == 0: hint "The correct answer is
+   <ground truth>", or with `sibling_solution` a successful sibling's response). The hint goes into the context
+   just before the targeted turn (hints.build_teacher_context), and the actor scores the student's tokens from that
+   turn on under it, without gradient (one extra forward pass per error site). Only the targeted turn's tokens
+   carry the term. Two forms (composer.sdpo.form):
+   - `full_logit` (default): the teacher pass stores the top-k log-probs and ids of each site token
+     (`teacher_topk`; null = the whole vocabulary) and the actor loss (verl_ext/composer/actor_loss.py, installed
+     with set_loss_fn) adds alpha_sdpo * generalized JSD(student logits, teacher top-k) at those tokens.
+     `loss/sdpo` is the batchmean JSD measured during the update.
+   - `sampled_token` (Recipe B): A_t += alpha_sdpo * (logp_teacher_t - logp_student_t) through the estimator;
+     `loss/sdpo` is the masked mean of (logp_student - logp_teacher), the sampled-token estimate of
+     KL(student || teacher).
+3. Trace replay (channel 3), only if beta_replay > 0: after the step's rewards, each prompt group goes to the
    teacher pool (submit_many: a Future, never waited on); at a later step the answers that have arrived become DPO
-   pairs by the disagreement rule (answers compared after \\boxed{} extraction), appended to `pairs_path`, and up
-   to `max_pairs_per_step` queued pairs are used: chosen/rejected responses are tokenized after their prompt,
-   scored by the actor (policy log-probs) and the reference worker, `loss/replay_dpo` = dpo_loss, and the pairs
-   enter the actor update as ONE extra mini-batch of rows whose advantages are the DPO gradient w.r.t. each
-   sequence log-prob (verl_ext/composer/replay.py: "DPO as advantage"). So a step with pairs makes one more
-   optimizer step than a step without.
+   pairs by the disagreement rule (answers compared after \\boxed{} extraction), appended to `pairs_path`, and up to
+   `max_pairs_per_step` queued pairs are used: chosen/rejected responses are tokenized after their prompt, scored by
+   the actor and the reference worker (`loss/replay_dpo` = dpo_loss before the update), and enter the update as
+   one extra mini-batch, first on every rank (verl_ext/composer/replay.py), whose rows carry the DPO columns; the
+   actor loss adds beta_replay * DPO loss (zero advantages: the PPO term ignores them). A step with pairs makes one
+   more optimizer step than a step without.
 
-alpha_sdpo = 0 skips the teacher forward pass (the estimator is plain GRPO); beta_replay = 0 creates no teacher pool
-and appends no rows.
+alpha_sdpo = 0 skips the teacher pass; beta_replay = 0 creates no teacher pool and adds no rows; with both 0 the
+actor keeps verl's own loss function and the step is plain GRPO.
 
-Logged per step: loss/grpo (= actor/pg_loss, averaged over all update micro-batches, the replay mini-batch included),
+Logged per step: loss/grpo (= actor/pg_loss, averaged over all update mini-batches, the replay one included),
 loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
-sdpo/tokens, replay/pairs_used, replay/pairs_queued, replay/reward_margin..., teacher/calls, teacher/failures,
-teacher/cache_hits, teacher/tokens, teacher/pending_queries; timings timing_s/sdpo_teacher and timing_s/replay.
+sdpo/tokens, replay/pairs_used, replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
+replay/reward_margin..., teacher/calls, teacher/failures, teacher/cache_hits, teacher/tokens,
+teacher/pending_queries; timings timing_s/sdpo_teacher and timing_s/replay.
 
-Not implemented (both need an engine-level loss: verl 0.9.1's actor calls a registered policy loss with sampled-token
-log-probs only; logits reach only the callable installed with `actor.set_loss_fn`, and verl's FSDP engine passes
-`student_logits` to it only when the micro-batch flag `distillation_use_topk` is set):
-- the full-logit JSD form of SDPO (verl_ext.composer.generalized_jsd_loss is ready): it needs the teacher's logits
-  (or top-k log-probs) on the response tokens stored beside the rows, and a loss_fn that adds
-  alpha_sdpo * generalized_jsd_loss(student_logits, teacher_logits, labels) to ppo_loss;
-- the DPO term as an additive loss: here it is applied as advantages on extra rows (exact gradient of the DPO loss
-  at ratio 1, but PPO-clipped and normalised by verl's loss aggregation, see verl_ext/composer/replay.py).
 Pending teacher queries are not checkpointed (queued pairs and the pairs file offset are): after a restart their
 answers come from the teacher cache only if the same (trace, step) is asked again.
 """
@@ -48,14 +48,15 @@ import json
 from collections import deque
 from dataclasses import asdict
 
-import numpy as np
 import torch
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.utils import tensordict_utils as tu
+from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from verl_ext.composer.actor_loss import SDPO_COLUMNS, TOPK_ID_PREFIX, TOPK_LP_PREFIX, ComposerActorLoss
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
     DPOPair,
@@ -66,8 +67,8 @@ from verl_ext.composer.disagreement import (
     extract_pairs,
 )
 from verl_ext.composer.dpo import dpo_loss, sequence_log_probs
-from verl_ext.composer.hints import build_teacher_context, math_error_sites, render_hint
-from verl_ext.composer.replay import dpo_advantages, fill_slots
+from verl_ext.composer.hints import error_sites_for_batch, place_teacher_values, plan_teacher_rows
+from verl_ext.composer.replay import replay_columns, rows_first_per_rank
 from verl_ext.composer.rows import pack_rows, valid_tokens
 from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
 from verl_ext.reward.answer_extraction import last_boxed
@@ -78,7 +79,6 @@ from recipe.composer.config_check import composer_settings
 # Columns the actor update reads; the replay rows carry exactly these (plus the optional ones the batch has).
 _UPDATE_KEYS = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask",
                 "old_log_probs", "advantages")
-_OPTIONAL_UPDATE_KEYS = ("ref_log_prob", "rollout_log_probs")
 
 
 def answer_key(text: str) -> str:
@@ -87,8 +87,8 @@ def answer_key(text: str) -> str:
 
 
 def composer_advantages(batch: DataProto, algo, sdpo: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Channel 1 (+ channel 2 when `sdpo` holds sdpo_teacher_log_probs / sdpo_error_mask): the grpo_composer
-    estimator on a batch with token_level_rewards, response_mask, uid (and old_log_probs for SDPO)."""
+    """Channel 1 (+ the sampled-token channel 2 when `sdpo` holds sdpo_teacher_log_probs / sdpo_error_mask): the
+    grpo_composer estimator on a batch with token_level_rewards, response_mask, uid (and old_log_probs for SDPO)."""
     fn = core_algos.get_adv_estimator_fn("grpo_composer")
     extra = {}
     if sdpo is not None:
@@ -110,15 +110,29 @@ def sdpo_kl_estimate(student_lp: torch.Tensor, teacher_lp: torch.Tensor, mask: t
     return float((student_lp.float() - teacher_lp.float())[m].mean())
 
 
-def append_rows(batch: DataProto, block: DataProto) -> DataProto:
-    """The actor-update batch: the step's rows (only the columns the update reads) followed by `block`."""
-    keys = list(block.batch.keys())
-    missing = [k for k in keys if k not in batch.batch.keys()]
+def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
+    """The actor-update batch: `block` (the replay rows) and the step's rows, each rank's chunk starting with its
+    share of the block (replay.rows_first_per_rank). Only the columns the update reads are kept: the block's, and
+    the SDPO columns the step's rows carry. A column one side lacks is zero there if it is a loss-term column (the
+    DPO columns on the step's rows, the SDPO columns on the block), else a KeyError."""
+    keys = list(block.batch.keys()) + [k for k in SDPO_COLUMNS if k in batch.batch.keys()]
+    optional = {"dpo_sign", "dpo_weight", "dpo_ref_logp", "dpo_partner_logratio", *SDPO_COLUMNS}
+    missing = [k for k in keys if k not in batch.batch.keys() and k not in optional]
     if missing:
         raise KeyError(f"the training batch lacks columns {missing} that the extra rows carry")
-    head = DataProto.from_dict(tensors={k: batch.batch[k] for k in keys})
-    tail = DataProto.from_dict(tensors={k: block.batch[k].to(batch.batch[k].dtype) for k in keys})
-    merged = DataProto.concat([head, tail])
+
+    def column(side: DataProto, other: DataProto, key: str) -> torch.Tensor:
+        if key in side.batch.keys():
+            return side.batch[key]
+        like = other.batch[key]
+        return torch.zeros((len(side), *like.shape[1:]), dtype=like.dtype)
+
+    tensors = {}
+    for k in keys:
+        head, tail = column(block, batch, k), column(batch, block, k)
+        tensors[k] = torch.cat([head.to(tail.dtype), tail])
+    order = rows_first_per_rank(len(block), len(batch), n_ranks)
+    merged = DataProto.from_dict(tensors={k: v[order] for k, v in tensors.items()})
     merged.meta_info = {k: v for k, v in batch.meta_info.items() if k != "global_token_num"}
     merged.meta_info["global_token_num"] = merged.batch["attention_mask"].sum(-1).tolist()
     return merged
@@ -144,6 +158,23 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         self._channel: dict = {}
         self._timing: dict = {}
 
+    @property
+    def full_logit_sdpo(self) -> bool:
+        return self.settings.sdpo_on and self.settings.sdpo_form == "full_logit"
+
+    def init_workers(self):
+        super().init_workers()
+        if self.full_logit_sdpo or self.settings.replay_on:
+            s = self.settings
+            self.actor_rollout_wg.set_loss_fn(ComposerActorLoss(
+                omega_conf_to_dataclass(self.config.actor_rollout_ref.actor),
+                alpha_sdpo=s.alpha_sdpo if self.full_logit_sdpo else 0.0, jsd_beta=s.jsd_beta,
+                token_clip=s.token_clip, beta_replay=s.beta_replay, beta_dpo=s.beta_dpo))
+
+    def actor_update_flags(self) -> dict:
+        # verl's engine calls the loss function as a logits processor only with this flag (actor_loss.py).
+        return {"distillation_use_topk": True} if self.full_logit_sdpo else {}
+
     # ------------------------------------------------------------------ checkpointed state
     def extra_state_dict(self) -> dict:
         state = super().extra_state_dict()
@@ -162,6 +193,13 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         self._timing, self._channel, self._replay_block = timing_raw, {}, None
         batch = super().train_on_batch(batch, metrics, timing_raw)
+        jsd_sum = metrics.pop("actor/composer/sdpo_jsd_sum", None)
+        jsd_tokens = metrics.pop("actor/composer/sdpo_tokens", None)
+        if self.full_logit_sdpo:
+            self._channel["loss/sdpo"] = float(jsd_sum) / float(jsd_tokens) if jsd_tokens else 0.0
+        dpo_sum, dpo_pairs = metrics.pop("actor/composer/dpo_loss_sum", None), metrics.pop("actor/composer/dpo_pairs", None)
+        if dpo_pairs:
+            self._channel["replay/dpo_loss_update"] = float(dpo_sum) / float(dpo_pairs)
         metrics.update(self._channel)
         grpo = float(metrics.get("actor/pg_loss", 0.0))
         metrics["loss/grpo"] = grpo
@@ -176,7 +214,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         if self.settings.sdpo_on:
             with marked_timer("sdpo_teacher", self._timing, color="purple"):
                 sdpo = self._sdpo_inputs(batch)
-        adv, ret = composer_advantages(batch, self.config.algorithm, sdpo)
+        algo = self.config.algorithm
+        if self.full_logit_sdpo:  # the term is in the actor loss, not in the advantages
+            algo = {"norm_adv_by_std_in_grpo": algo.get("norm_adv_by_std_in_grpo", True), "alpha_sdpo": 0.0}
+            sdpo = None
+        adv, ret = composer_advantages(batch, algo, sdpo)
         batch.batch["advantages"], batch.batch["returns"] = adv, ret
         self._channel.update({"loss/replay_dpo": 0.0, "replay/pairs_used": 0.0})
         if self.settings.replay_on:
@@ -198,7 +240,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _update_actor(self, batch: DataProto) -> DataProto:
         if self._replay_block is None:
             return super()._update_actor(batch)
-        return super()._update_actor(append_rows(batch, self._replay_block))
+        return super()._update_actor(update_batch(batch, self._replay_block, self.actor_rollout_wg.world_size))
 
     def fit(self):
         try:
@@ -209,8 +251,8 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 self.pair_writer.close()
 
     # ------------------------------------------------------------------ worker calls on extra rows
-    def _score_rows(self, tensors: dict[str, torch.Tensor], ref: bool = False) -> torch.Tensor:
-        """(n, R) log-probs of the rows' response tokens: the actor (current policy, no gradient) or the reference.
+    def _actor_forward(self, tensors: dict[str, torch.Tensor], ref: bool = False, **flags):
+        """Run extra rows through the actor's (or reference's) compute_log_prob: (output TensorDict, input, n rows).
 
         Rows are padded (repeating the last) to a multiple of worker count x log-prob micro-batch size: verl's
         dispatch splits the batch evenly over data-parallel ranks and, without dynamic batch sizes, its engine
@@ -228,18 +270,33 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 "global_token_num": tensors["attention_mask"].sum(-1).tolist(), "images_seqlens": []}
         data = DataProto.from_dict(tensors=dict(tensors), meta_info=meta)
         if ref:
-            return self._compute_ref_log_prob(data).batch["ref_log_prob"][:n]
+            return self._compute_ref_log_prob(data).batch["ref_log_prob"][:n], None, n
         td = left_right_2_no_padding(data.to_tensordict())
-        tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
-        out = self.actor_rollout_wg.compute_log_prob(td)
+        tu.assign_non_tensor(td, **{"calculate_entropy": False, "compute_loss": False, **flags})
+        return self.actor_rollout_wg.compute_log_prob(td), td, n
+
+    def _score_rows(self, tensors: dict[str, torch.Tensor], ref: bool = False) -> torch.Tensor:
+        """(n, R) log-probs of the rows' response tokens: the actor (current policy, no gradient) or the reference."""
+        out, td, n = self._actor_forward(tensors, ref=ref)
+        if ref:
+            return out
         return no_padding_2_padding(tu.get(out, "log_probs"), td).float()[:n]
 
+    def _score_topk(self, tensors: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n, R, k) top-k log-probs and ids at the rows' response positions (k <= 0: the whole vocabulary), from
+        the actor's loss function in collect mode (actor_loss.py)."""
+        out, td, n = self._actor_forward(tensors, compute_loss=True, distillation_use_topk=True,
+                                         composer_collect_topk=k)
+        width = sum(1 for key in out.keys() if key.startswith(TOPK_LP_PREFIX))
+        lp = torch.stack([no_padding_2_padding(out[f"{TOPK_LP_PREFIX}{j}"], td) for j in range(width)], -1)
+        ids = torch.stack([no_padding_2_padding(out[f"{TOPK_ID_PREFIX}{j}"], td) for j in range(width)], -1)
+        return lp.float()[:n], ids.to(torch.int32)[:n]
+
     # ------------------------------------------------------------------ channel 2: SDPO
-    def _sdpo_inputs(self, batch: DataProto) -> dict:
+    def _sdpo_inputs(self, batch: DataProto) -> dict | None:
+        """Error sites -> teacher rows -> the sampled-token inputs (returned) or the full-logit columns (set on the
+        batch; returns None)."""
         nt = batch.non_tensor_batch
-        if "acc" not in nt:
-            raise KeyError("composer SDPO finds error sites from the reward's `acc` (0/1); the reward function "
-                           f"returned only {sorted(k for k in nt if k not in ('uid', 'raw_prompt'))}")
         responses, mask = batch.batch["responses"], batch.batch["response_mask"]
         prompt_width = batch.batch["prompts"].shape[1]
         attn = batch.batch["attention_mask"]
@@ -247,28 +304,33 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         if self.settings.sibling_solution:
             texts = self.tokenizer.batch_decode(responses.masked_fill(~mask.bool(), self.tokenizer.pad_token_id),
                                                 skip_special_tokens=True)
-        sites = math_error_sites([float(a) for a in nt["acc"]], [str(rm["ground_truth"]) for rm in nt["reward_model"]],
-                                 list(nt["uid"]), texts)
-        rows = [i for i, s in enumerate(sites) if s is not None]
-        teacher = torch.zeros_like(batch.batch["old_log_probs"])
+        sites = error_sites_for_batch(nt, texts)
+        plan = plan_teacher_rows(valid_tokens(batch.batch["prompts"], attn[:, :prompt_width]),
+                                 valid_tokens(responses, attn[:, prompt_width:]), mask, sites, self.tokenizer,
+                                 mode=self.settings.hint_mode)
         error_mask = torch.zeros_like(mask, dtype=torch.bool)
-        if rows:
-            idx = torch.as_tensor(rows)
-            prompts = valid_tokens(batch.batch["prompts"][idx], attn[idx, :prompt_width])
-            resps = valid_tokens(responses[idx], attn[idx, prompt_width:])
-            prefixes = []
-            for i, p, r in zip(rows, prompts, resps):
-                ctx = build_teacher_context(p, r, render_hint(sites[i]), self.tokenizer, mode=self.settings.hint_mode)
-                prefixes.append(ctx.input_ids[: ctx.response_start])
-            packed = pack_rows(prefixes, resps, self.tokenizer.pad_token_id, response_width=responses.shape[1])
-            packed["response_mask"] = mask[idx].to(packed["response_mask"].dtype)  # keep the rollout's loss mask
-            teacher[idx] = self._score_rows(packed)
-            error_mask[idx] = mask[idx].bool()
-        self._channel.update({
-            "loss/sdpo": sdpo_kl_estimate(batch.batch["old_log_probs"], teacher, error_mask),
-            "sdpo/error_sites": float(len(rows)),
-            "sdpo/tokens": float(error_mask.sum()),
-        })
+        for t in plan:
+            error_mask[t.row] |= t.columns
+        self._channel.update({"sdpo/error_sites": float(len(plan)), "sdpo/tokens": float(error_mask.sum())})
+        if not plan:
+            return None if self.full_logit_sdpo else {
+                "sdpo_teacher_log_probs": torch.zeros_like(batch.batch["old_log_probs"]), "sdpo_error_mask": error_mask}
+        packed = pack_rows([t.prefix for t in plan], [t.continuation for t in plan], self.tokenizer.pad_token_id,
+                           response_width=responses.shape[1])
+        packed["response_mask"] = torch.stack([  # the rollout's own mask, shifted with the continuation
+            torch.cat([mask[t.row, t.start:], mask.new_zeros(t.start)]) for t in plan])
+        if self.full_logit_sdpo:
+            lp, ids = self._score_topk(packed, self.settings.teacher_topk)
+            b, width, k = len(batch), responses.shape[1], lp.shape[-1]
+            batch.batch["sdpo_topk_log_probs"] = place_teacher_values(plan, lp, torch.zeros(b, width, k))
+            batch.batch["sdpo_topk_ids"] = place_teacher_values(plan, ids, torch.zeros(b, width, k, dtype=torch.int32))
+            # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
+            n_minibatches = len(batch) / (int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size)
+                                          * self.responses_per_prompt)
+            batch.batch["sdpo_weight"] = error_mask.float() * (n_minibatches / float(error_mask.sum()))
+            return None
+        teacher = place_teacher_values(plan, self._score_rows(packed), torch.zeros_like(batch.batch["old_log_probs"]))
+        self._channel["loss/sdpo"] = sdpo_kl_estimate(batch.batch["old_log_probs"], teacher, error_mask)
         return {"sdpo_teacher_log_probs": teacher, "sdpo_error_mask": error_mask}
 
     # ------------------------------------------------------------------ channel 3: trace replay
@@ -313,7 +375,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         self._pair_queue.extend(self.pair_reader.read_new())
 
     def _replay_rows(self, batch: DataProto) -> DataProto | None:
-        """Up to max_pairs_per_step queued pairs as one extra actor mini-batch; logs the DPO loss."""
+        """Up to max_pairs_per_step queued pairs as one extra actor mini-batch with DPO columns; logs the DPO loss."""
         n_pairs = min(len(self._pair_queue), self.settings.max_pairs_per_step)
         if n_pairs == 0:
             return None
@@ -332,20 +394,18 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         mask = packed["response_mask"]
         seq_pol, seq_ref = sequence_log_probs(policy, mask), sequence_log_probs(ref, mask)
         loss, dpo_metrics = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], self.settings.beta_dpo)
-        a_chosen, a_rejected = dpo_advantages(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2],
-                                              self.settings.beta_dpo, self.settings.beta_replay)
         self._channel.update({"loss/replay_dpo": float(loss), "replay/pairs_used": float(n_pairs),
                               **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()}})
 
         rows_per_minibatch = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
-        pair_of_slot, weight = fill_slots(n_pairs, rows_per_minibatch // 2)
-        row_index = torch.stack([2 * pair_of_slot, 2 * pair_of_slot + 1], dim=1).reshape(-1)
-        seq_adv = torch.stack([a_chosen[pair_of_slot] * weight, a_rejected[pair_of_slot] * weight], dim=1).reshape(-1)
+        cols = replay_columns(seq_pol, seq_ref, rows_per_minibatch // 2)
+        row_index = cols.pop("row_index")
         block = {k: v[row_index] for k, v in packed.items()}
         block["old_log_probs"] = policy[row_index]
-        block["advantages"] = seq_adv.unsqueeze(-1) * block["response_mask"].float()
+        block["advantages"] = torch.zeros_like(block["old_log_probs"])  # the DPO term is in the actor loss
         if "ref_log_prob" in batch.batch.keys():
             block["ref_log_prob"] = ref[row_index]
         if "rollout_log_probs" in batch.batch.keys():
             block["rollout_log_probs"] = policy[row_index]  # not sampled by the rollout: importance weight 1
+        block.update(cols)
         return DataProto.from_dict(tensors=block)

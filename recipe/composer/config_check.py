@@ -13,8 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
 
 HINT_MODES = ("turn", "append")
+SDPO_FORMS = ("full_logit", "sampled_token")
 _TOP_KEYS = {"beta_replay", "sdpo", "replay"}
-_SDPO_KEYS = {"hint_mode", "sibling_solution"}
+_SDPO_KEYS = {"hint_mode", "sibling_solution", "form", "teacher_topk", "jsd_beta", "token_clip"}
 _REPLAY_KEYS = {"beta_dpo", "max_pairs_per_step", "rule", "min_agree", "pairs_path", "teacher_pool"}
 
 
@@ -28,6 +29,10 @@ class ComposerSettings:
     beta_replay: float
     hint_mode: str
     sibling_solution: bool
+    sdpo_form: str
+    teacher_topk: int  # <= 0: the whole vocabulary
+    jsd_beta: float
+    token_clip: float | None
     beta_dpo: float
     max_pairs_per_step: int
     rule: str
@@ -72,6 +77,22 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     hint_mode = sdpo.get("hint_mode", "turn")
     if hint_mode not in HINT_MODES:
         raise ConfigError(f"composer.sdpo.hint_mode must be one of {HINT_MODES}, got {hint_mode!r}")
+    form = sdpo.get("form", "full_logit")
+    if form not in SDPO_FORMS:
+        raise ConfigError(f"composer.sdpo.form must be one of {SDPO_FORMS}, got {form!r}")
+    topk = sdpo.get("teacher_topk", 64)
+    topk = 0 if topk is None else int(topk)
+    if topk < 0:
+        raise ConfigError(f"composer.sdpo.teacher_topk must be >= 1 or null (the whole vocabulary), got {topk}")
+    jsd_beta = float(sdpo.get("jsd_beta", 0.5))
+    if not 0.0 <= jsd_beta <= 1.0:
+        raise ConfigError(f"composer.sdpo.jsd_beta must be in [0, 1], got {jsd_beta}")
+    token_clip = sdpo.get("token_clip", 10.0)
+    token_clip = None if token_clip is None else float(token_clip)
+    if token_clip is not None and not token_clip > 0:
+        raise ConfigError(f"composer.sdpo.token_clip must be > 0 or null, got {token_clip}")
+    if alpha > 0 and form == "full_logit":
+        _check_full_logit_engine(cfg)
     beta_dpo = float(replay.get("beta_dpo", 0.1))
     if not beta_dpo > 0:
         raise ConfigError(f"composer.replay.beta_dpo must be > 0, got {beta_dpo}")
@@ -114,6 +135,10 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         beta_replay=beta,
         hint_mode=hint_mode,
         sibling_solution=bool(sdpo.get("sibling_solution", False)),
+        sdpo_form=form,
+        teacher_topk=topk,
+        jsd_beta=jsd_beta,
+        token_clip=token_clip,
         beta_dpo=beta_dpo,
         max_pairs_per_step=max_pairs,
         rule=str(replay.get("rule", "majority")),
@@ -121,3 +146,19 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         pairs_path=replay.get("pairs_path"),
         pool=pool,
     )
+
+
+def _check_full_logit_engine(cfg: DictConfig) -> None:
+    """The full-logit SDPO term runs in the FSDP engine's logits processor (verl_ext/composer/actor_loss.py)."""
+    actor = cfg.actor_rollout_ref.actor
+    if actor.get("strategy") not in ("fsdp", "fsdp2"):
+        raise ConfigError(f"composer.sdpo.form=full_logit needs the FSDP actor (strategy fsdp/fsdp2), got "
+                          f"{actor.get('strategy')!r}; use form=sampled_token")
+    if cfg.actor_rollout_ref.model.get("use_fused_kernels", False):
+        raise ConfigError("composer.sdpo.form=full_logit needs logits: set actor_rollout_ref.model.use_fused_kernels="
+                          "false (fused kernels never materialise them) or use form=sampled_token")
+    sp = max(int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
+             int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
+    if sp != 1:
+        raise ConfigError("composer.sdpo.form=full_logit does not support Ulysses sequence parallelism: set "
+                          "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1 or use form=sampled_token")

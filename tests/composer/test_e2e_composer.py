@@ -1,5 +1,6 @@
-"""The Composer recipe end to end on CPU: 2 steps of all three channels on the tiny model, with three teachers on a
-real OpenAI-compatible server on 127.0.0.1 (two answer the prompt's digit, one answers a wrong one)."""
+"""The Composer recipe end to end on CPU: 2 steps of all three channels on the tiny model (full-logit SDPO through
+the actor loss, DPO as an added loss term), with three teachers on a real OpenAI-compatible server on 127.0.0.1
+(two answer the prompt's digit, one answers a wrong one)."""
 
 from __future__ import annotations
 
@@ -65,11 +66,15 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
         for key in ("loss/grpo", "loss/sdpo", "loss/replay_dpo", "loss/total", "actor/pg_loss"):
             assert math.isfinite(float(m[key])), (r["step"], key, m.get(key))
         assert m["sdpo/error_sites"] > 0 and m["sdpo/tokens"] > 0, m
+        assert m["loss/sdpo"] > 0  # the JSD the actor's loss function computed at the site tokens
         expected = m["loss/grpo"] + 0.1 * m["loss/sdpo"] + 0.05 * m["loss/replay_dpo"]
         assert m["loss/total"] == pytest.approx(expected)
     first, second = rows[0]["data"], rows[1]["data"]
     assert first["replay/pairs_used"] == 0  # pairs are used at a later step than their rollout
     assert second["replay/pairs_used"] > 0 and second["loss/replay_dpo"] > 0
+    # The actor's loss saw the same DPO loss as the scoring pass: the replay rows are the update's first mini-batch.
+    assert second["replay/dpo_loss_update"] == pytest.approx(second["loss/replay_dpo"], rel=0.05)
+    assert "replay/dpo_loss_update" not in first
     assert second["teacher/calls"] >= 3 and second["teacher/failures"] == 0
     # Every pair's chosen answer is the two agreeing teachers' digit, never the lone teacher's 9.
     pairs = [json.loads(line) for line in (tmp_path / "ckpt" / "replay_pairs.jsonl").read_text().splitlines()]

@@ -14,9 +14,9 @@ register()
 
 from recipe.composer.composer_ray_trainer import (  # noqa: E402
     answer_key,
-    append_rows,
     composer_advantages,
     sdpo_kl_estimate,
+    update_batch,
 )
 from recipe.composer.config_check import ConfigError, composer_settings  # noqa: E402
 
@@ -77,22 +77,34 @@ def test_sdpo_kl_estimate_masked_mean():
     assert sdpo_kl_estimate(s, t, torch.zeros_like(m)) == 0.0
 
 
-def test_append_rows_keeps_the_step_rows_and_adds_the_block():
+@pytest.mark.parametrize("n_ranks", [1, 2])
+def test_update_batch_puts_replay_rows_first_and_zero_fills_loss_columns(n_ranks):
     head = DataProto.from_dict(
-        tensors={"input_ids": torch.arange(12).view(3, 4), "attention_mask": torch.ones(3, 4, dtype=torch.long),
-                 "advantages": torch.zeros(3, 2), "token_level_scores": torch.ones(3, 2)},
-        non_tensors={"uid": np.array(["a", "b", "c"], dtype=object)},
-        meta_info={"temperature": 1.0, "global_token_num": [4, 4, 4]},
+        tensors={"input_ids": torch.arange(16).view(4, 4), "attention_mask": torch.ones(4, 4, dtype=torch.long),
+                 "advantages": torch.ones(4, 2), "token_level_scores": torch.ones(4, 2),
+                 "sdpo_weight": torch.full((4, 2), 0.5), "sdpo_topk_ids": torch.ones(4, 2, 3, dtype=torch.int32)},
+        non_tensors={"uid": np.array(["a", "b", "c", "d"], dtype=object)},
+        meta_info={"temperature": 1.0, "global_token_num": [4, 4, 4, 4]},
     )
     block = DataProto.from_dict(tensors={"input_ids": torch.full((2, 4), 7), "attention_mask": torch.tensor([[0, 1, 1, 1]] * 2),
-                                         "advantages": torch.ones(2, 2, dtype=torch.float64)})
-    merged = append_rows(head, block)
-    assert len(merged) == 5 and set(merged.batch.keys()) == {"input_ids", "attention_mask", "advantages"}
-    assert torch.equal(merged.batch["input_ids"][:3], head.batch["input_ids"])
+                                         "advantages": torch.zeros(2, 2, dtype=torch.float64),
+                                         "dpo_sign": torch.tensor([1.0, -1.0])})
+    merged = update_batch(head, block, n_ranks)
+    assert len(merged) == 6
+    assert set(merged.batch.keys()) == {"input_ids", "attention_mask", "advantages", "dpo_sign", "sdpo_weight",
+                                        "sdpo_topk_ids"}
+    is_replay = merged.batch["input_ids"][:, 0] == 7
+    chunk = 6 // n_ranks
+    for r in range(n_ranks):  # each rank's chunk starts with its replay rows
+        rows = is_replay[r * chunk:(r + 1) * chunk].tolist()
+        assert rows == [True] * (2 // n_ranks) + [False] * (chunk - 2 // n_ranks)
+    assert torch.equal(merged.batch["dpo_sign"][~is_replay], torch.zeros(4))  # the step's rows carry no DPO term
+    assert torch.equal(merged.batch["sdpo_weight"][is_replay], torch.zeros(2, 2))  # the replay rows no SDPO term
+    assert merged.batch["sdpo_topk_ids"].dtype == torch.int32
     assert merged.batch["advantages"].dtype == head.batch["advantages"].dtype
-    assert merged.meta_info == {"temperature": 1.0, "global_token_num": [4, 4, 4, 3, 3]}
+    assert sorted(merged.meta_info["global_token_num"]) == [3, 3, 4, 4, 4, 4]
     with pytest.raises(KeyError, match="lacks columns"):
-        append_rows(head, DataProto.from_dict(tensors={"ref_log_prob": torch.zeros(1, 2)}))
+        update_batch(head, DataProto.from_dict(tensors={"ref_log_prob": torch.zeros(2, 2)}), 1)
 
 
 def test_answer_key_compares_boxed_answers():

@@ -62,3 +62,31 @@ def dpo_loss(
         "dpo/rejected_reward": rejected_rewards.detach().mean().item(),
     }
     return loss, metrics
+
+
+def dpo_row_losses(
+    policy_logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    partner_logratios: torch.Tensor,
+    signs: torch.Tensor,
+    beta: float = 0.1,
+) -> torch.Tensor:
+    """Per-row DPO losses, each row against its pair partner's *fixed* log-ratio: (R,) -> (R,), 0 where sign == 0.
+
+    A pair's chosen (sign +1) and rejected (sign -1) rows may land in different micro-batches of the actor update,
+    so each row carries its partner's log-ratio lp - ref measured when the pair was scored (no gradient):
+
+        m_row = beta * sign * ((lp_row - ref_row) - partner_logratio),   L_row = -log sigmoid(m_row)
+
+    While the policy is still at the scoring point (the first pass over the pair), m_row equals the pair's margin
+    m, L_row equals the pair's DPO loss, and d L_row / d lp_row equals d L_pair / d lp_row. So L_chosen + L_rejected
+    has exactly the gradient of L_pair (twice its value; `composer.actor_loss` reports half of it).
+    """
+    shapes = {tuple(x.shape) for x in (policy_logps, ref_logps, partner_logratios, signs)}
+    if len(shapes) != 1 or policy_logps.dim() != 1:
+        raise ValueError(f"dpo_row_losses needs four 1-D tensors of equal length, got {sorted(shapes)}")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    sign = signs.to(policy_logps.dtype)
+    margin = beta * sign * ((policy_logps - ref_logps.detach()) - partner_logratios.detach())
+    return torch.where(sign != 0, -F.logsigmoid(margin), torch.zeros_like(margin))

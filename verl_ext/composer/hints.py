@@ -214,3 +214,95 @@ def sdpo_loss_mask(response_mask: torch.Tensor, target_turns: Sequence[Sequence[
                 table[row, t] = True
     table_t = torch.as_tensor(table, device=response_mask.device)
     return table_t.gather(1, torch.where(turn < 0, torch.full_like(turn, n_turns), turn))
+
+
+def error_sites_for_batch(columns: dict[str, Any], responses: Sequence[str] | None = None) -> list[list[ErrorSite]]:
+    """Error sites of every row of a batch, from its non-tensor columns; the first source present wins:
+
+    1. `step_metas`: per row, the environment's per-step metadata (a multi-turn agent loop's extra field), read by
+       `error_sites_from_step_meta`: each error step targets the next assistant turn.
+    2. `error_kind`: per row, an error kind or None / "" (e.g. from the reward function's extra info), with optional
+       `hint_template_key` and `error_fields` (a dict of template fields) columns; the site is turn 0 and the
+       template fields include the row's ground truth.
+    3. `acc` (single-turn math): `math_error_sites`; `responses` (decoded) enables sibling solutions.
+    """
+    n = len(columns["uid"]) if "uid" in columns else None
+    if "step_metas" in columns:
+        return [error_sites_from_step_meta(list(metas or [])) for metas in columns["step_metas"]]
+    truths = [str((rm or {}).get("ground_truth", "")) for rm in columns.get("reward_model", [None] * (n or 0))]
+    if "error_kind" in columns:
+        keys = columns.get("hint_template_key", [None] * len(columns["error_kind"]))
+        extras = columns.get("error_fields", [None] * len(columns["error_kind"]))
+        sites = []
+        for kind, key, extra, truth in zip(columns["error_kind"], keys, extras, truths or [""] * len(keys)):
+            if not kind:
+                sites.append([])
+                continue
+            fields = {"ground_truth": truth, **dict(extra or {})}
+            sites.append([ErrorSite(0, str(kind), str(key or kind), fields)])
+        return sites
+    if "acc" in columns:
+        found = math_error_sites([float(a) for a in columns["acc"]], truths, list(columns["uid"]), responses)
+        return [[] if s is None else [s] for s in found]
+    raise KeyError(
+        "composer SDPO finds error sites in a `step_metas` (multi-turn env), `error_kind` or `acc` column (the reward "
+        f"function's extra info); the batch has only {sorted(columns)}"
+    )
+
+
+def turn_span(response_mask_row: torch.Tensor, turn: int) -> tuple[int, torch.Tensor] | None:
+    """(first column of assistant turn `turn`, bool mask of its columns) in one row's response, or None if the row
+    has no such turn. Everything before that column is context for the hint; the mask is the SDPO loss mask."""
+    turns = assistant_turn_index(response_mask_row.unsqueeze(0))[0]
+    cols = (turns == turn).nonzero()
+    if cols.numel() == 0:
+        return None
+    return int(cols[0]), turns == turn
+
+
+@dataclass(frozen=True)
+class TeacherRow:
+    """One error site's teacher row: batch row `row`, the targeted turn's first response column `start` and its
+    columns (bool, over the response), the teacher's prefix (context + hint) and the student tokens it scores."""
+
+    row: int
+    start: int
+    columns: torch.Tensor
+    prefix: list[int]
+    continuation: list[int]
+
+
+def plan_teacher_rows(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    response_mask: torch.Tensor,
+    sites: Sequence[Sequence[ErrorSite]],
+    tokenizer,
+    mode: str = "turn",
+    templates: dict[str, str] = DEFAULT_HINT_TEMPLATES,
+) -> list[TeacherRow]:
+    """A teacher row per error site whose turn exists: the hint goes just before the targeted turn (after the
+    prompt and the response's earlier turns and environment tokens), and the teacher scores the response from that
+    turn on. prompt_ids / response_ids are the rows' unpadded tokens; response_mask (B, R) marks the assistant
+    tokens (right-padded, so response column j is response_ids[row][j])."""
+    rows = []
+    for i, row_sites in enumerate(sites):
+        for site in row_sites:
+            span = turn_span(response_mask[i], site.turn)
+            if span is None:  # the episode ended before the targeted turn
+                continue
+            start, cols = span
+            resp = list(response_ids[i])
+            ctx = build_teacher_context(list(prompt_ids[i]) + resp[:start], resp[start:],
+                                        render_hint(site, templates), tokenizer, mode=mode)
+            rows.append(TeacherRow(i, start, cols, ctx.input_ids[: ctx.response_start], resp[start:]))
+    return rows
+
+
+def place_teacher_values(rows: Sequence[TeacherRow], values: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
+    """Write teacher row r's outputs (values[r, j] is for its continuation token j) into `into` (B, R, ...) at
+    column start + j of its batch row, on the targeted turn's columns only; returns `into`."""
+    for r, t in enumerate(rows):
+        keep = t.columns[t.start:]
+        into[t.row, t.start:][keep] = values[r, : into.shape[1] - t.start][keep].to(into.dtype)
+    return into

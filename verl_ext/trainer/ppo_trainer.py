@@ -32,6 +32,7 @@ from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_througho
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, apply_kl_penalty, compute_advantage, compute_response_mask
 from verl.trainer.ppo.reward import extract_reward
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+from verl.utils import tensordict_utils as tu
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
@@ -244,9 +245,35 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             with open_dict(self.config):
                 rollout.n = saved
 
+    def actor_update_flags(self) -> dict:
+        """Extra non-tensor flags for the actor update's TensorDict (e.g. the Composer's `distillation_use_topk`,
+        which makes verl's engine call the installed loss function as a logits processor)."""
+        return {}
+
     def _update_actor(self, batch: DataProto) -> DataProto:
-        with self._rollout_n_as_group_size():
+        with self._rollout_n_as_group_size(), self._with_update_flags(self.actor_update_flags()):
             return super()._update_actor(batch)
+
+    @contextlib.contextmanager
+    def _with_update_flags(self, flags: dict):
+        """verl's `_update_actor` builds the TensorDict and sets its flags itself, then calls
+        `actor_rollout_wg.update_actor(td)`; extra flags are added on the way to that call (the worker group binds
+        its remote methods as instance attributes, so the wrapper is restored afterwards)."""
+        if not flags:
+            yield
+            return
+        wg = self.actor_rollout_wg
+        original = wg.update_actor
+
+        def update_actor(td, *args, **kwargs):
+            tu.assign_non_tensor(td, **flags)
+            return original(td, *args, **kwargs)
+
+        wg.update_actor = update_actor
+        try:
+            yield
+        finally:
+            wg.update_actor = original
 
     def _update_critic(self, batch: DataProto) -> DataProto:
         with self._rollout_n_as_group_size():
