@@ -84,3 +84,26 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
     for path in tmp_path.rglob("*"):
         if path.is_file() and path.stat().st_size < 50_000_000:
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_composer_sampled_token_sdpo_one_step(ray_cpu, tiny_assets, tmp_path):
+    """The seed's Recipe B form: the hint-conditioned teacher's sampled-token log-probs shape the advantages (no
+    actor loss function is installed; no teacher pool: beta_replay = 0)."""
+    cfg = compose_config(
+        "composer",
+        tiny_run_overrides(tiny_assets, tmp_path, 1)
+        + ["+arm=sdpo", "composer.sdpo.form=sampled_token", "trainer.logger=[console,file]"],
+        config_module="recipe.composer.config",
+        backend="cpu",
+    )
+    log = tmp_path / "metrics.jsonl"
+    from verl_ext.trainer.task_runner import ExtTaskRunner
+
+    run_task_runner(ExtTaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})
+    (row,) = read_file_logger(log)
+    m = row["data"]
+    assert m["sdpo/error_sites"] > 0 and m["sdpo/tokens"] > 0
+    # The sampled-token estimate of KL(student || teacher) is finite and non-zero: the hint changes the log-probs.
+    assert math.isfinite(m["loss/sdpo"]) and m["loss/sdpo"] != 0
+    assert m["loss/replay_dpo"] == 0 and "teacher/calls" not in m
+    assert m["loss/total"] == pytest.approx(m["loss/grpo"] + 0.1 * m["loss/sdpo"])
