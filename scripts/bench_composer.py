@@ -9,11 +9,18 @@ student logits (tokens x vocab, needed by both) included. Another fresh subproce
 runs after a warm-up (median).
 Goal: extra peak of the chunked form at least 4x lower than the dense one.
 
-Section 2 (NOT measured here): the per-channel step-cost ratios of issue 6 (SDPO's extra forward passes and the
-trace-replay channel vs a plain GRPO step on the same batch) need the recipe/composer trainer; the lead fills them in.
+Section 2: the per-channel step cost, side by side in one run. The composer recipe (`+preset=cpu_demo`: tiny Qwen2,
+toy task, vLLM-CPU rollout, FSDP2 actor) runs `--steps` steps per arm (baseline = plain GRPO, +SDPO full-logit,
++SDPO sampled-token, +replay, full), each in its own process, with three teachers on the toy teacher server
+(127.0.0.1, `--teacher-latency-s` per answer, longer than a step). From each run's JSONL (steps 2.., step 1 has
+vLLM's warm-up): seconds per step and its ratio to baseline, the SDPO teacher pass per error-site row against the
+old-log-prob pass per batch row (goal: SDPO adds at most the forward passes of its error-site rows, i.e. ratio ~1
+per row), and the replay channel's time on the step (goal: teacher calls never block the rollout, i.e. far below the
+teacher latency).
 
-    .venv/bin/python scripts/bench_composer.py                      # vocab 150000, 256 and 512 tokens
-    .venv/bin/python scripts/bench_composer.py --tokens 256 512 1024 --reps 3
+    .venv/bin/python scripts/bench_composer.py                      # both sections
+    .venv/bin/python scripts/bench_composer.py --section jsd --tokens 256 512 1024 --reps 3
+    .venv/bin/python scripts/bench_composer.py --section steps --steps 6
 """
 
 from __future__ import annotations
@@ -27,8 +34,18 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+
+ARMS = {  # name: overrides (the +arm config group sets the channel weights)
+    "baseline": ["+arm=baseline"],
+    "sdpo_full_logit": ["+arm=sdpo", "composer.sdpo.form=full_logit"],
+    "sdpo_sampled": ["+arm=sdpo", "composer.sdpo.form=sampled_token"],
+    "replay": ["+arm=replay"],
+    "full": ["+arm=full"],
+}
 
 
 def dense_jsd(student, teacher, beta, temperature=1.0):
@@ -124,6 +141,10 @@ def main() -> None:
     parser.add_argument("--beta", type=float, default=0.5)
     parser.add_argument("--chunk-size", type=int, default=None, help="tokens per chunk (default: about 2**22 logits)")
     parser.add_argument("--reps", type=int, default=3, help="timed forward+backward runs (median), after a warm-up")
+    parser.add_argument("--section", choices=["jsd", "steps", "all"], default="all")
+    parser.add_argument("--steps", type=int, default=6, help="section 2: training steps per arm")
+    parser.add_argument("--teacher-latency-s", type=float, default=3.0, help="section 2: the toy teachers' latency")
+    parser.add_argument("--out", default="outputs/bench_composer", help="section 2: run directories and logs")
     parser.add_argument("--worker", choices=["dense", "chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--measure", choices=["mem", "time"], default="mem", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -133,6 +154,13 @@ def main() -> None:
         print(json.dumps(result))
         return
 
+    if args.section in ("jsd", "all"):
+        jsd_section(args)
+    if args.section in ("steps", "all"):
+        steps_section(args)
+
+
+def jsd_section(args) -> None:
     from verl_ext.composer.jsd import _DEFAULT_CHUNK_ELEMENTS
 
     chunk = args.chunk_size or max(1, _DEFAULT_CHUNK_ELEMENTS // args.vocab)
@@ -152,9 +180,64 @@ def main() -> None:
             print("   (peak from ru_maxrss: /proc/self/clear_refs unavailable, numbers are upper bounds)")
     print("   extra = peak RSS during one forward+backward minus RSS with the inputs allocated; "
           "both include the tokens x vocab gradient. Goal: mem ratio >= 4x.")
-    print()
-    print("== 2. per-channel step cost vs plain GRPO (SDPO forward passes, trace-replay) ==")
-    print("   NOT MEASURED: needs the recipe/composer trainer (lead fills in this section).")
+
+
+
+def run_arm(name: str, overrides: list[str], teachers: str, steps: int, out: Path) -> list[dict]:
+    from verl_ext.metrics_log import read_jsonl
+
+    run_dir = out / name
+    cmd = [sys.executable, "-m", "recipe.composer.main", "+preset=cpu_demo", *overrides,
+           f"composer.replay.teacher_pool.teachers={teachers}", f"trainer.total_training_steps={steps}",
+           f"trainer.default_local_dir={run_dir}", "trainer.jsonl_metrics_path=" + str(run_dir / "metrics.jsonl"),
+           f"trainer.experiment_name=bench_{name}"]
+    print(f"[bench] {name}: {' '.join(cmd[2:4] + overrides)}", flush=True)
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
+    with open(out / f"{name}.log", "w") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
+    return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def steps_section(args) -> None:
+    from verl_ext.toy.teacher_server import ToyTeacherServer
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    server = ToyTeacherServer(latency_s=args.teacher_latency_s)
+    teachers = "[" + ",".join(f"{{name: {n}, base_url: '{server.base_url}', model: {m}, api_key_env: null, timeout_s: 30}}"
+                              for n, m in (("t1", "right"), ("t2", "right"), ("t3", "wrong"))) + "]"
+    try:
+        runs = {name: run_arm(name, o, teachers, args.steps, out) for name, o in ARMS.items()}
+    finally:
+        server.close()
+
+    def mean(rows, key):
+        vals = [float(r.get(key, 0.0)) for r in rows[1:]]  # step 1 includes vLLM's warm-up
+        return sum(vals) / max(len(vals), 1)
+
+    base = mean(runs["baseline"], "timing_s/step")
+    print(f"\n== 2. per-channel step cost, composer cpu_demo preset (8 prompts x 4 responses, tiny Qwen2, vLLM-CPU + "
+          f"FSDP2), {args.steps} steps per arm, means over steps 2..{args.steps}; teacher latency "
+          f"{args.teacher_latency_s} s ==")
+    print(f"{'arm':16s} {'s/step':>7} {'vs base':>8} {'update s':>9} {'sites/step':>10} {'teacher s':>10} "
+          f"{'per-row ratio':>13} {'replay s':>9} {'pairs/step':>10} {'teacher calls':>13}")
+    for name, rows in runs.items():
+        step = mean(rows, "timing_s/step")
+        sites = mean(rows, "sdpo/error_sites")
+        teacher_s = mean(rows, "timing_s/sdpo_teacher")
+        old_lp_per_row = mean(rows, "timing_s/old_log_prob") / 32  # 8 prompts x 4 responses
+        per_row = (teacher_s / sites) / old_lp_per_row if sites else float("nan")
+        print(f"{name:16s} {step:>7.2f} {step / base:>7.2f}x {mean(rows, 'timing_s/update_actor'):>9.2f} "
+              f"{sites:>10.1f} {teacher_s:>10.2f} {per_row:>12.2f}x {mean(rows, 'timing_s/replay'):>9.3f} "
+              f"{mean(rows, 'replay/pairs_used'):>10.1f} {float(rows[-1].get('teacher/calls', 0)):>13.0f}")
+    print("   per-row ratio = (SDPO teacher pass s / error-site rows) / (old-log-prob pass s / batch rows): the cost of "
+          "one teacher row against one rollout row's forward pass (goal ~1; at this tiny size each call's fixed "
+          "overhead dominates, so small passes look expensive per row).")
+    print("   replay s = the replay channel's time on the step (collecting arrived answers, scoring the pairs, "
+          "submitting the next queries); the teachers' own latency never appears in it.")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ One training step (on top of ExtRayPPOTrainer.train_on_batch: reward -> old/ref 
 alpha_sdpo = 0 skips the teacher pass; beta_replay = 0 creates no teacher pool and adds no rows; with both 0 the
 actor keeps verl's own loss function and the step is plain GRPO.
 
-Logged per step: loss/grpo (= actor/pg_loss, averaged over all update mini-batches, the replay one included),
+Logged per step: loss/grpo (= actor/pg_loss averaged over the rollout mini-batches; actor/pg_loss itself includes
+the replay mini-batch's zero),
 loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
 sdpo/tokens, replay/pairs_used, replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
 replay/reward_margin..., teacher/calls, teacher/failures, teacher/cache_hits, teacher/tokens,
@@ -48,6 +49,7 @@ import json
 from collections import deque
 from dataclasses import asdict
 
+import numpy as np
 import torch
 from verl import DataProto
 from verl.trainer.ppo import core_algos
@@ -155,6 +157,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         self._pending: list = []  # (Future, per-request contexts) of teacher queries not yet turned into pairs
         self._pair_queue: deque[DPOPair] = deque()
         self._replay_block: DataProto | None = None
+        self._grpo_loss: float | None = None  # the PPO loss without the replay mini-batch (see _update_actor)
         self._channel: dict = {}
         self._timing: dict = {}
 
@@ -191,7 +194,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
 
     # ------------------------------------------------------------------ the step
     def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        self._timing, self._channel, self._replay_block = timing_raw, {}, None
+        self._timing, self._channel, self._replay_block, self._grpo_loss = timing_raw, {}, None, None
         batch = super().train_on_batch(batch, metrics, timing_raw)
         jsd_sum = metrics.pop("actor/composer/sdpo_jsd_sum", None)
         jsd_tokens = metrics.pop("actor/composer/sdpo_tokens", None)
@@ -201,7 +204,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         if dpo_pairs:
             self._channel["replay/dpo_loss_update"] = float(dpo_sum) / float(dpo_pairs)
         metrics.update(self._channel)
-        grpo = float(metrics.get("actor/pg_loss", 0.0))
+        grpo = self._grpo_loss if self._grpo_loss is not None else float(metrics.get("actor/pg_loss", 0.0))
         metrics["loss/grpo"] = grpo
         metrics["loss/total"] = (grpo + self.settings.alpha_sdpo * self._channel["loss/sdpo"]
                                  + self.settings.beta_replay * self._channel["loss/replay_dpo"])
@@ -240,7 +243,15 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _update_actor(self, batch: DataProto) -> DataProto:
         if self._replay_block is None:
             return super()._update_actor(batch)
-        return super()._update_actor(update_batch(batch, self._replay_block, self.actor_rollout_wg.world_size))
+        merged = update_batch(batch, self._replay_block, self.actor_rollout_wg.world_size)
+        output = super()._update_actor(merged)
+        # verl reports pg_loss per mini-batch; the replay mini-batch (first of each epoch) has zero advantages, so
+        # loss/grpo averages the others only.
+        pg = output.meta_info["metrics"].get("actor/pg_loss")
+        per_epoch = len(merged) // (int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt)
+        if isinstance(pg, list) and per_epoch > 1 and len(pg) % per_epoch == 0:
+            self._grpo_loss = float(np.mean([v for i, v in enumerate(pg) if i % per_epoch]))
+        return output
 
     def fit(self):
         try:

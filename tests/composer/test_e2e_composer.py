@@ -75,6 +75,9 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
     # The actor's loss saw the same DPO loss as the scoring pass: the replay rows are the update's first mini-batch.
     assert second["replay/dpo_loss_update"] == pytest.approx(second["loss/replay_dpo"], rel=0.05)
     assert "replay/dpo_loss_update" not in first
+    # 16 rollout rows = 1 mini-batch, plus the replay mini-batch whose advantages are 0: loss/grpo leaves it out.
+    assert second["loss/grpo"] == pytest.approx(2 * second["actor/pg_loss"])
+    assert first["loss/grpo"] == pytest.approx(first["actor/pg_loss"])
     assert second["teacher/calls"] >= 3 and second["teacher/failures"] == 0
     # Every pair's chosen answer is the two agreeing teachers' digit, never the lone teacher's 9.
     pairs = [json.loads(line) for line in (tmp_path / "ckpt" / "replay_pairs.jsonl").read_text().splitlines()]

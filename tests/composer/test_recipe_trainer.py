@@ -145,6 +145,12 @@ def test_arms_differ_only_in_channel_weights(arm, alpha, beta):
         ([TEACHER, "actor_rollout_ref.actor.use_kl_loss=false"], "reference model"),
         ([TEACHER, "composer.replay.rule=vote"], "rule must be one of"),
         ([TEACHER, "composer.beta_replay=-1"], ">= 0"),
+        ([TEACHER, "composer.sdpo.form=dense"], "form must be one of"),
+        ([TEACHER, "composer.sdpo.teacher_topk=-2"], "teacher_topk"),
+        ([TEACHER, "composer.sdpo.jsd_beta=1.5"], "jsd_beta"),
+        ([TEACHER, "composer.sdpo.token_clip=0"], "token_clip"),
+        ([TEACHER, "actor_rollout_ref.model.use_fused_kernels=true"], "use_fused_kernels=false"),
+        ([TEACHER, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"], "Ulysses"),
     ],
 )
 def test_config_errors_name_the_key(overrides, match):
@@ -155,3 +161,24 @@ def test_config_errors_name_the_key(overrides, match):
 def test_baseline_needs_no_teachers_or_reference():
     s = composer_settings(_cfg("actor_rollout_ref.actor.use_kl_loss=false", arm="baseline"))
     assert s.pool is None and not s.sdpo_on and not s.replay_on
+
+
+def test_sampled_token_form_runs_on_any_engine_setting():
+    s = composer_settings(_cfg(TEACHER, "composer.sdpo.form=sampled_token",
+                               "actor_rollout_ref.model.use_fused_kernels=true"))
+    assert s.sdpo_form == "sampled_token" and s.teacher_topk == 64 and s.jsd_beta == 0.5 and s.token_clip == 10.0
+    assert composer_settings(_cfg(TEACHER, "composer.sdpo.teacher_topk=null")).teacher_topk == 0  # whole vocabulary
+
+
+def test_cpu_demo_preset_composes_for_every_arm():
+    from verl_ext.config.compose import compose_config
+    from verl_ext.toy.resolvers import register_resolvers
+
+    register_resolvers()  # what recipe/composer/main.py does: ${tiny_assets:...} in the preset
+    for arm in ("baseline", "sdpo", "replay", "full"):
+        cfg = compose_config("composer", ["+preset=cpu_demo", f"+arm={arm}"], config_module="recipe.composer.config")
+        OmegaConf.resolve(cfg)
+        s = composer_settings(cfg)
+        assert (s.pool is not None) == (arm in ("replay", "full"))
+        if s.pool is not None:
+            assert [t.model for t in s.pool.teachers] == ["right", "right", "wrong"]
