@@ -223,19 +223,22 @@ def steps_section(args) -> None:
           f"FSDP2), {args.steps} steps per arm, means over steps 2..{args.steps}; teacher latency "
           f"{args.teacher_latency_s} s ==")
     print(f"{'arm':16s} {'s/step':>7} {'vs base':>8} {'update s':>9} {'sites/step':>10} {'teacher s':>10} "
-          f"{'per-row ratio':>13} {'replay s':>9} {'pairs/step':>10} {'teacher calls':>13}")
+          f"{'per-row ratio':>13} {'per-token':>9} {'replay s':>9} {'pairs/step':>10} {'teacher calls':>13}")
     for name, rows in runs.items():
         step = mean(rows, "timing_s/step")
         sites = mean(rows, "sdpo/error_sites")
         teacher_s = mean(rows, "timing_s/sdpo_teacher")
         old_lp_per_row = mean(rows, "timing_s/old_log_prob") / 32  # 8 prompts x 4 responses
         per_row = (teacher_s / sites) / old_lp_per_row if sites else float("nan")
+        teacher_tokens = mean(rows, "sdpo/teacher_tokens")
+        per_token = ((teacher_s / teacher_tokens) / (mean(rows, "timing_s/old_log_prob") / mean(rows, "perf/total_num_tokens"))
+                     if teacher_tokens else float("nan"))
         print(f"{name:16s} {step:>7.2f} {step / base:>7.2f}x {mean(rows, 'timing_s/update_actor'):>9.2f} "
-              f"{sites:>10.1f} {teacher_s:>10.2f} {per_row:>12.2f}x {mean(rows, 'timing_s/replay'):>9.3f} "
+              f"{sites:>10.1f} {teacher_s:>10.2f} {per_row:>12.2f}x {per_token:>8.2f}x {mean(rows, 'timing_s/replay'):>9.3f} "
               f"{mean(rows, 'replay/pairs_used'):>10.1f} {float(rows[-1].get('teacher/calls', 0)):>13.0f}")
-    print("   per-row ratio = (SDPO teacher pass s / error-site rows) / (old-log-prob pass s / batch rows): the cost of "
-          "one teacher row against one rollout row's forward pass (goal ~1; at this tiny size each call's fixed "
-          "overhead dominates, so small passes look expensive per row).")
+    print("   per-row ratio = (SDPO teacher pass s / error-site rows) / (old-log-prob pass s / batch rows): one teacher "
+          "row against one rollout row's forward pass (goal ~1). per-token: the same per token scored (teacher rows "
+          "are longer: the hint is in their context). At this tiny size each call's fixed overhead dominates.")
     print("   replay s = the replay channel's time on the step (collecting arrived answers, scoring the pairs, "
           "submitting the next queries); the teachers' own latency never appears in it.")
 

@@ -34,7 +34,7 @@ actor keeps verl's own loss function and the step is plain GRPO.
 Logged per step: loss/grpo (= actor/pg_loss averaged over the rollout mini-batches; actor/pg_loss itself includes
 the replay mini-batch's zero),
 loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
-sdpo/tokens, replay/pairs_used, replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
+sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), replay/pairs_used, replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
 replay/reward_margin..., teacher/calls, teacher/failures, teacher/cache_hits, teacher/tokens,
 teacher/pending_queries; timings timing_s/sdpo_teacher and timing_s/replay.
 
@@ -213,7 +213,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
 
     def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
         sdpo = None
-        self._channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0})
+        self._channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0})
         if self.settings.sdpo_on:
             with marked_timer("sdpo_teacher", self._timing, color="purple"):
                 sdpo = self._sdpo_inputs(batch)
@@ -299,9 +299,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         out, td, n = self._actor_forward(tensors, compute_loss=True, distillation_use_topk=True,
                                          composer_collect_topk=k)
         width = sum(1 for key in out.keys() if key.startswith(TOPK_LP_PREFIX))
-        lp = torch.stack([no_padding_2_padding(out[f"{TOPK_LP_PREFIX}{j}"], td) for j in range(width)], -1)
-        ids = torch.stack([no_padding_2_padding(out[f"{TOPK_ID_PREFIX}{j}"], td) for j in range(width)], -1)
-        return lp.float()[:n], ids.to(torch.int32)[:n]
+        # One (nnz, 2k) tensor through no_padding_2_padding (it keeps trailing dims) instead of 2k slicing loops.
+        flat = torch.stack([out[f"{prefix}{j}"].values().double() for prefix in (TOPK_LP_PREFIX, TOPK_ID_PREFIX)
+                            for j in range(width)], -1)  # float64 holds the ids exactly
+        both = no_padding_2_padding(flat, td)[:n]
+        return both[..., :width].float(), both[..., width:].to(torch.int32)
 
     # ------------------------------------------------------------------ channel 2: SDPO
     def _sdpo_inputs(self, batch: DataProto) -> dict | None:
@@ -330,6 +332,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                            response_width=responses.shape[1])
         packed["response_mask"] = torch.stack([  # the rollout's own mask, shifted with the continuation
             torch.cat([mask[t.row, t.start:], mask.new_zeros(t.start)]) for t in plan])
+        self._channel["sdpo/teacher_tokens"] = float(packed["attention_mask"].sum())
         if self.full_logit_sdpo:
             lp, ids = self._score_topk(packed, self.settings.teacher_topk)
             b, width, k = len(batch), responses.shape[1], lp.shape[-1]
