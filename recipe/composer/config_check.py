@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
+from verl_ext.metrics_log.plot import check_plot_settings
 
 HINT_MODES = ("turn", "append")
 SDPO_FORMS = ("full_logit", "sampled_token")
@@ -130,6 +131,10 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
             raise ConfigError(f"composer.replay: {e}") from e
     if cfg.trainer.get("use_v1", False):
         raise ConfigError("the composer recipe runs on verl's legacy trainer: set trainer.use_v1=false")
+    try:
+        check_plot_settings(cfg.trainer.get("plot_keys"), cfg.trainer.get("jsonl_metrics_path"))
+    except (ValueError, ImportError) as e:
+        raise ConfigError(str(e)) from e
     return ComposerSettings(
         alpha_sdpo=alpha,
         beta_replay=beta,

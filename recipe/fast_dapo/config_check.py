@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl_ext.metrics_log.plot import check_plot_settings
+
 MODES = ("fast", "dapo")
 
 
@@ -79,6 +81,10 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
         raise ConfigError("fast DAPO runs on verl's legacy trainer: set trainer.use_v1=false")
     if int(cfg.actor_rollout_ref.rollout.agent.num_workers) < 1:
         raise ConfigError("actor_rollout_ref.rollout.agent.num_workers must be >= 1")
+    try:
+        check_plot_settings(cfg.trainer.get("plot_keys"), cfg.trainer.get("jsonl_metrics_path"))
+    except (ValueError, ImportError) as e:
+        raise ConfigError(str(e)) from e
     _micro_batch_checks(cfg, s)
     _verl_checks(cfg, s)
     from verl_ext.advantage.config import validate_algorithm_config

@@ -117,3 +117,20 @@ def test_corruption_before_the_last_line_is_an_error(tmp_path):
     path.write_text('{"step": 1}\n{"loss": 2}\n')
     with pytest.raises(ValueError, match="line 2 has no integer 'step'"):
         read_jsonl(path)
+
+
+def test_validation_before_training_is_step_zero_and_survives_resume(tmp_path):
+    path = tmp_path / "m.jsonl"
+    w = JsonlMetricsWriter(path)
+    w.log(0, {"val": 0.1})
+    w.log(1, {"acc": 0.2})
+    w.log(2, {"acc": 0.3})
+    w.close()
+    w = JsonlMetricsWriter(path, resume_from_step=1)  # checkpoint at step 1: step 2 is redone
+    with pytest.raises(ValueError, match="> the last logged step 1"):
+        w.log(1, {"acc": 0.0})
+    w.log(2, {"acc": 0.4})
+    w.close()
+    assert [(r["step"], r.get("acc")) for r in read_jsonl(path)] == [(0, None), (1, 0.2), (2, 0.4)]
+    JsonlMetricsWriter(path).close()  # a fresh run starts empty, step 0 included
+    assert read_jsonl(path) == []

@@ -33,6 +33,7 @@ def test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state(ray_cp
             f"trainer.save_freq={steps}",
             "trainer.logger=[console]",
             f"+trainer.jsonl_metrics_path={tmp_path / 'metrics.jsonl'}",
+            "+trainer.plot_keys=[critic/score/mean,adv/exec_u_var_after]",
         ],
         backend="cpu",
     )
@@ -41,6 +42,8 @@ def test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state(ray_cp
 
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
+    png = tmp_path / "metrics.png"  # trainer.plot_keys: the curves are drawn when the run ends
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 5000
     lambdas = [r["adv/sepa_lambda"] for r in rows]
     assert lambdas == [0.5, 1.0]  # linear part of the schedule: (step - 0) / 2; auto is 0 before 50 observations
     for r in rows:

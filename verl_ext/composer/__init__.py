@@ -3,13 +3,18 @@
     total_loss = grpo_loss + alpha_sdpo * sdpo_loss + beta_replay * replay_loss
 
 Modules (the Ray trainer lives in recipe/composer/):
-    jsd            generalized_jsd_loss: full-logit SDPO term, chunked over tokens
-    sdpo           sdpo_advantage_term: sampled-token SDPO term (Recipe B)
-    grpo_composer  the `grpo_composer` advantage estimator (GRPO + SDPO term)
-    dpo            dpo_loss for the trace-replay pairs
+    jsd            generalized_jsd_loss: full-logit JSD, chunked over tokens
+    sdpo           sdpo_advantage_term (sampled-token SDPO, Recipe B); topk_generalized_jsd (full-logit SDPO on the
+                   teacher's top-k support)
+    grpo_composer  the `grpo_composer` advantage estimator (GRPO + the sampled-token SDPO term)
+    dpo            dpo_loss for the trace-replay pairs; dpo_row_losses (each row against its partner's fixed log-ratio)
+    actor_loss     ComposerActorLoss: verl's ppo_loss + alpha_sdpo * JSD + beta_replay * DPO, installed on the actor
+                   with set_loss_fn; also the teacher pass's top-k collection
+    replay         the replay rows' layout: slots, DPO columns, rows first on every rank
+    rows           extra rows in verl's padded layout
     teacher_pool   parallel, cached, capped, fault-tolerant OpenAI-compatible teacher queries
     disagreement   teacher answers -> DPO pairs, JSONL writer/reader
-    hints          error sites, hint templates, hint-augmented teacher context and its alignment
+    hints          error sites (env step metadata, error_kind, acc), hint templates, teacher rows and their alignment
     registration   register(): puts `grpo_composer` into verl's registry
 
 Wiring the full-logit JSD into verl 0.9.1's actor: a registered policy loss only sees (B, T) log-probs of the
@@ -18,7 +23,7 @@ engine also calls as a logits processor, `loss_fn(student_logits=(1, nnz, V), da
 batch's non-tensor flag `distillation_use_topk` is True; whatever per-token tensors it returns land in
 `model_output` for the final `loss_fn(model_output=..., data=..., dp_group=...)` call (see
 verl/workers/engine/fsdp/transformer_impl.py prepare_model_outputs and verl/trainer/distillation/losses.py).
-`generalized_jsd_loss(..., reduction="none")` gives exactly such a per-token tensor.
+`actor_loss.ComposerActorLoss` uses exactly that contract, for the update and for the teacher pass.
 """
 
 from verl_ext.composer.disagreement import (

@@ -87,7 +87,8 @@ class JsonlMetricsWriter:
     Args:
         path: the log file (created with its parent directories).
         resume_from_step: the last step already done, i.e. the checkpoint's ``global_steps`` on resume, 0 for a
-            fresh run. Lines after it are cut away first. Steps must then be logged in increasing order.
+            fresh run (which starts from an empty file and may log step 0). Lines after it are cut away first. Steps
+            must then be logged in increasing order.
         fsync: also ``os.fsync`` after each line, so a machine crash (not only a process crash) keeps it.
             Recommended False unless steps are minutes long; a flush already survives a killed process.
     """
@@ -95,8 +96,9 @@ class JsonlMetricsWriter:
     def __init__(self, path: str | Path, resume_from_step: int = 0, fsync: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        truncate_after(self.path, resume_from_step)
-        self.last_step = int(resume_from_step)
+        # A fresh run (0) keeps nothing, so it may log step 0 (validation before training) itself.
+        self.last_step = int(resume_from_step) if resume_from_step > 0 else -1
+        truncate_after(self.path, self.last_step)
         self.fsync = fsync
         self._file = open(self.path, "a")
 

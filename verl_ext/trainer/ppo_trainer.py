@@ -9,7 +9,8 @@ shares. On top of verl it adds:
 - estimator inputs: old log-probs, true per-token entropies (kept, not popped, when `uncertainty_kind` needs them),
   planning-token masks from `PlanningDetector`, the step, and the SEPA lambda from a controller whose state is saved
   in and restored from verl checkpoints (`global_step_N/verl_ext_state.pt`);
-- a streaming JSONL metrics log (`trainer.jsonl_metrics_path`), cut back to the checkpoint's step on resume;
+- a streaming JSONL metrics log (`trainer.jsonl_metrics_path`), cut back to the checkpoint's step on resume, and,
+  with `trainer.plot_keys`, a PNG of those metrics' curves next to it when the run ends;
 - cumulative training time that survives resume.
 """
 
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 import uuid
+from pathlib import Path
 from pprint import pprint
 
 import numpy as np
@@ -37,7 +40,8 @@ from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
-from verl_ext.metrics_log import JsonlMetricsWriter
+from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
+from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
 
@@ -57,6 +61,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._rollout_awake = False
         self.generate_calls = 0  # rollout calls since the run began (logged as rollout/generate_calls)
         self.metrics_log: JsonlMetricsWriter | None = None
+        self.plot_keys = list(self.config.trainer.get("plot_keys") or [])
+        # checked here, before the workers start, not when the run ends
+        check_plot_settings(self.plot_keys, self.config.trainer.get("jsonl_metrics_path"))
 
     # ------------------------------------------------------------------ state that verl's checkpoints do not hold
     def extra_state_dict(self) -> dict:
@@ -310,6 +317,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             val_metrics = self._validate()
             pprint(f"Initial validation metrics: {val_metrics}")
             tracker.log(data=val_metrics, step=0)
+            if self.metrics_log is not None:
+                self.metrics_log.log(0, val_metrics)  # so the curves start where training starts
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
         # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
         time_base, fit_start = self.train_time_s, time.monotonic()
@@ -345,6 +354,17 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             if self.metrics_log is not None:
                 self.metrics_log.close()
             self._shutdown_dump_executor()
+            if self.plot_keys and sys.exc_info()[0] is None:
+                self.plot_metrics()
+
+    def plot_metrics(self) -> Path:
+        """`trainer.plot_keys` of this run's JSONL log, as `<log stem>.png` next to it."""
+        log = Path(self.config.trainer.jsonl_metrics_path)
+        out = log.with_suffix(".png")
+        present = [k for k in self.plot_keys if any(k in r for r in read_jsonl(log))]
+        plot_runs([log], present or self.plot_keys, out, labels=[self.config.trainer.experiment_name])
+        print(f"[verl_ext] metric curves: {out}")
+        return out
 
     def _step_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
         m = {

@@ -44,6 +44,8 @@ def test_demo_preset_is_valid_and_n_continue_moves_out_of_verls_rollout_config()
         (["trainer.use_v1=true"], "use_v1=false"),
         (["curriculum.enable=maybe"], "curriculum.enable"),
         (["algorithm.adv_estimator=gtpo", "+algorithm.uncertainty_kind=telepathy"], "telepathy"),
+        (["trainer.plot_keys=[critic/score/mean]", "trainer.jsonl_metrics_path=null"], "needs trainer.jsonl_metrics_path"),
+        (["trainer.plot_keys=critic/score/mean"], "must be a list of metric names"),
     ],
 )
 def test_bad_settings_fail_before_ray(overrides, message):
