@@ -145,6 +145,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="section 2: training steps per arm")
     parser.add_argument("--teacher-latency-s", type=float, default=3.0, help="section 2: the toy teachers' latency")
     parser.add_argument("--out", default="outputs/bench_composer", help="section 2: run directories and logs")
+    parser.add_argument("--arms", nargs="+", choices=[a for a in ARMS if a != "baseline"],
+                        default=[a for a in ARMS if a != "baseline"], help="section 2: arms besides the baseline")
     parser.add_argument("--worker", choices=["dense", "chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--measure", choices=["mem", "time"], default="mem", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -210,7 +212,7 @@ def steps_section(args) -> None:
     teachers = "[" + ",".join(f"{{name: {n}, base_url: '{server.base_url}', model: {m}, api_key_env: null, timeout_s: 30}}"
                               for n, m in (("t1", "right"), ("t2", "right"), ("t3", "wrong"))) + "]"
     try:
-        runs = {name: run_arm(name, o, teachers, args.steps, out) for name, o in ARMS.items()}
+        runs = {name: run_arm(name, ARMS[name], teachers, args.steps, out) for name in ["baseline", *args.arms]}
     finally:
         server.close()
 

@@ -58,7 +58,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from verl_ext.composer.actor_loss import SDPO_COLUMNS, TOPK_ID_PREFIX, TOPK_LP_PREFIX, ComposerActorLoss
+from verl_ext.composer.actor_loss import SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
     DPOPair,
@@ -298,12 +298,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         the actor's loss function in collect mode (actor_loss.py)."""
         out, td, n = self._actor_forward(tensors, compute_loss=True, distillation_use_topk=True,
                                          composer_collect_topk=k)
-        width = sum(1 for key in out.keys() if key.startswith(TOPK_LP_PREFIX))
-        # One (nnz, 2k) tensor through no_padding_2_padding (it keeps trailing dims) instead of 2k slicing loops.
-        flat = torch.stack([out[f"{prefix}{j}"].values().double() for prefix in (TOPK_LP_PREFIX, TOPK_ID_PREFIX)
-                            for j in range(width)], -1)  # float64 holds the ids exactly
-        both = no_padding_2_padding(flat, td)[:n]
-        return both[..., :width].float(), both[..., width:].to(torch.int32)
+        width = sum(1 for key in out.keys() if key.startswith(TOPK_PREFIX))
+        # One (nnz, k) tensor through no_padding_2_padding (it keeps trailing dims) instead of k slicing loops.
+        flat = torch.stack([out[f"{TOPK_PREFIX}{j}"].values() for j in range(width)], -1)
+        lp, ids = unpack_topk(no_padding_2_padding(flat, td)[:n])
+        return lp, ids.to(torch.int32)
 
     # ------------------------------------------------------------------ channel 2: SDPO
     def _sdpo_inputs(self, batch: DataProto) -> dict | None:

@@ -24,10 +24,11 @@ from verl.workers.utils.padding import left_right_2_no_padding
 from verl_ext.composer.actor_loss import (
     COLLECT_FLAG,
     JSD_KEY,
-    TOPK_ID_PREFIX,
-    TOPK_LP_PREFIX,
+    TOPK_PREFIX,
     ComposerActorLoss,
+    pack_topk,
     response_positions,
+    unpack_topk,
 )
 from verl_ext.composer.dpo import dpo_loss
 from verl_ext.composer.jsd import generalized_jsd_loss
@@ -132,6 +133,14 @@ def test_response_positions_match_a_loop():
     rows, cols, pos = response_positions(offsets, prompt_lens, response_lens)
     want = [(i, t, int(offsets[i]) + int(prompt_lens[i]) + t - 1) for i in range(3) for t in range(int(response_lens[i]))]
     assert list(zip(rows.tolist(), cols.tolist(), pos.tolist())) == want
+
+
+def test_pack_topk_round_trips_exactly():
+    lp = torch.tensor([0.0, -1e-30, -3.25, -87.5, float("-inf"), -1e38, 1.5])
+    ids = torch.tensor([0, 1, 151_935, 7, 2**31 - 1, 42, 3])
+    got_lp, got_ids = unpack_topk(pack_topk(lp, ids))
+    assert torch.equal(got_ids, ids) and torch.equal(got_lp, lp)
+    assert pack_topk(lp, ids).dtype == torch.int64
 
 
 def test_topk_jsd_full_vocab_is_the_full_logit_jsd():
@@ -260,10 +269,9 @@ def test_collect_mode_returns_the_top_k_of_every_position(model, actor_config, k
         out = fn(student_logits=logits.unsqueeze(0), data=td)
         loss, metrics = fn(model_output={"log_probs": torch.zeros(3)}, data=td)
     width = k or model.config.vocab_size
-    assert len(out) == 2 * width and JSD_KEY not in out
+    assert len(out) == width and JSD_KEY not in out
     want = torch.log_softmax(logits, -1).topk(width, -1)
-    got_lp = torch.stack([out[f"{TOPK_LP_PREFIX}{j}"][0] for j in range(width)], -1)
-    got_id = torch.stack([out[f"{TOPK_ID_PREFIX}{j}"][0] for j in range(width)], -1)
+    got_lp, got_id = unpack_topk(torch.stack([out[f"{TOPK_PREFIX}{j}"][0] for j in range(width)], -1))
     torch.testing.assert_close(got_lp, want.values)
     assert torch.equal(got_id, want.indices)
     assert loss.item() == 0.0 and metrics == {}

@@ -15,8 +15,9 @@ when the micro-batch's non-tensor flag `distillation_use_topk` is True (verl/wor
 
 - **collect** (micro-batch flag `composer_collect_topk` = k): the SDPO teacher pass. The actor scores the
   hint-augmented rows without gradient (`compute_log_prob` with compute_loss=True) and the processor returns the
-  top-k log-probs and ids of every position as 2k per-token outputs (`composer_topk_lp_j`, `composer_topk_id_j`);
-  the loss is 0.
+  top-k log-probs and ids of every position as k per-token int64 outputs `composer_topk_j`, each holding the j-th
+  id and the bits of its float32 log-prob (`pack_topk`: verl moves every output key through several per-row
+  loops, so k keys cost half of 2k); the loss is 0.
 - **train** (the actor update): the processor returns `composer_sdpo_jsd`, the per-token generalized JSD between
   the live student logits and the stored teacher top-k (`sdpo.topk_generalized_jsd`) at the tokens whose
   `sdpo_weight` is non-zero; the loss adds, to verl's `ppo_loss`,
@@ -52,8 +53,7 @@ from verl_ext.composer.dpo import dpo_row_losses
 from verl_ext.composer.sdpo import topk_generalized_jsd
 
 COLLECT_FLAG = "composer_collect_topk"
-TOPK_LP_PREFIX = "composer_topk_lp_"
-TOPK_ID_PREFIX = "composer_topk_id_"
+TOPK_PREFIX = "composer_topk_"
 JSD_KEY = "composer_sdpo_jsd"
 SDPO_COLUMNS = ("sdpo_topk_log_probs", "sdpo_topk_ids", "sdpo_weight")
 DPO_COLUMNS = ("dpo_sign", "dpo_weight", "dpo_ref_logp", "dpo_partner_logratio")
@@ -71,6 +71,19 @@ def response_positions(offsets: torch.Tensor, prompt_lens: torch.Tensor, respons
     first = torch.repeat_interleave(torch.cumsum(response_lens, 0) - response_lens, response_lens)
     cols = torch.arange(int(response_lens.sum()), device=offsets.device) - first
     return rows, cols, starts + cols
+
+
+def pack_topk(log_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """int64 = (id << 32) | (the 32 bits of the float32 log-prob): exact for ids < 2**31 and every float32."""
+    bits = log_probs.float().contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    return (ids.to(torch.int64) << 32) | bits
+
+
+def unpack_topk(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of pack_topk: (float32 log-probs, int64 ids)."""
+    low = packed & 0xFFFFFFFF
+    low = torch.where(low >= 2**31, low - 2**32, low)  # back to the signed 32-bit pattern
+    return low.to(torch.int32).view(torch.float32), packed >> 32
 
 
 class ComposerActorLoss:
@@ -100,9 +113,8 @@ class ComposerActorLoss:
         logits = student_logits.detach()
         k = logits.shape[-1] if k <= 0 else min(k, logits.shape[-1])  # k <= 0: the whole vocabulary
         top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)  # (1, nnz, k)
-        out = {f"{TOPK_LP_PREFIX}{j}": top.values[..., j] for j in range(k)}
-        out.update({f"{TOPK_ID_PREFIX}{j}": top.indices[..., j] for j in range(k)})
-        return out
+        packed = pack_topk(top.values, top.indices)
+        return {f"{TOPK_PREFIX}{j}": packed[..., j] for j in range(k)}
 
     def _sdpo_jsd(self, student_logits: torch.Tensor, data) -> dict[str, torch.Tensor]:
         jsd = torch.zeros(student_logits.shape[1], dtype=torch.float32, device=student_logits.device)
