@@ -1,0 +1,109 @@
+"""A campaign: every (condition, seed) of one recipe entry point, as a list of runs with their own directories.
+
+Spec (YAML, see configs/campaign/):
+
+    name: advantage_ablation          # runs go to <out_root>/<name>/<condition>_s<seed>/
+    entry: recipe.fast_dapo.main      # python -m <entry> <overrides>
+    base: [+preset=cpu_demo, ...]     # overrides every run shares
+    conditions:                       # condition name -> its own overrides (applied after base)
+      grpo+none: [algorithm.adv_estimator=grpo]
+    seeds: [0, 1, 2]
+    seed_overrides: ["data.seed={seed}"]   # how a seed reaches the run ({seed} is replaced)
+    plot_keys: [critic/score/mean]    # drawn per condition (one line per seed) into <name>/curves.png
+
+Each run also gets trainer.default_local_dir (its directory), trainer.jsonl_metrics_path, trainer.experiment_name
+and trainer.resume_mode=auto, so a campaign stopped half-way resumes: finished runs (a DONE file) are skipped and an
+interrupted run continues from its last checkpoint without duplicate metric lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_KEYS = {"name", "entry", "base", "conditions", "seeds", "seed_overrides", "plot_keys"}
+DONE_FILE = "DONE"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    condition: str
+    seed: int
+    run_dir: Path
+    overrides: list[str]
+
+    @property
+    def label(self) -> str:
+        return f"{self.condition}_s{self.seed}"
+
+
+@dataclass(frozen=True)
+class CampaignSpec:
+    name: str
+    entry: str
+    conditions: dict[str, list[str]]
+    seeds: list[int]
+    base: list[str] = field(default_factory=list)
+    seed_overrides: list[str] = field(default_factory=lambda: ["data.seed={seed}"])
+    plot_keys: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "CampaignSpec":
+        if not isinstance(raw, dict):
+            raise ValueError(f"a campaign spec is a mapping, got {type(raw).__name__}")
+        unknown = set(raw) - _KEYS
+        if unknown:
+            raise ValueError(f"unknown campaign keys {sorted(unknown)}; allowed: {sorted(_KEYS)}")
+        missing = {"name", "entry", "conditions", "seeds"} - set(raw)
+        if missing:
+            raise ValueError(f"campaign spec lacks {sorted(missing)}")
+        conditions = raw["conditions"]
+        if not isinstance(conditions, dict) or not conditions:
+            raise ValueError("campaign conditions must be a non-empty mapping of name -> overrides")
+        for cond, overrides in conditions.items():
+            if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+                raise ValueError(f"condition {cond!r}: overrides must be a list of key=value strings, got {overrides!r}")
+            if "/" in str(cond) or not str(cond):
+                raise ValueError(f"condition name {cond!r} must be a non-empty name without '/'")
+        seeds = raw["seeds"]
+        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+            raise ValueError(f"campaign seeds must be a non-empty list of distinct ints, got {seeds!r}")
+        seed_overrides = list(raw.get("seed_overrides", ["data.seed={seed}"]))
+        if not all("{seed}" in o for o in seed_overrides):
+            raise ValueError(f"every seed override must contain {{seed}}, got {seed_overrides!r}")
+        return cls(name=str(raw["name"]), entry=str(raw["entry"]), conditions={str(k): list(v) for k, v in conditions.items()},
+                   seeds=list(seeds), base=list(raw.get("base") or []), seed_overrides=seed_overrides,
+                   plot_keys=list(raw.get("plot_keys") or []))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "CampaignSpec":
+        with open(path) as f:
+            return cls.from_dict(yaml.safe_load(f))
+
+    def runs(self, out_root: str | Path) -> list[RunPlan]:
+        """Every (condition, seed), conditions in spec order, seeds inner."""
+        plans = []
+        for cond, cond_overrides in self.conditions.items():
+            for seed in self.seeds:
+                run_dir = Path(out_root) / self.name / f"{cond}_s{seed}"
+                own = [
+                    f"trainer.default_local_dir={run_dir}",
+                    f"trainer.jsonl_metrics_path={run_dir / 'metrics.jsonl'}",
+                    f"trainer.experiment_name={self.name}_{cond}_s{seed}",
+                    "trainer.resume_mode=auto",
+                ]
+                seeded = [o.replace("{seed}", str(seed)) for o in self.seed_overrides]
+                plans.append(RunPlan(cond, seed, run_dir, [*self.base, *cond_overrides, *seeded, *own]))
+        return plans
+
+
+def is_done(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / DONE_FILE).exists()
+
+
+def mark_done(run_dir: str | Path) -> None:
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / DONE_FILE).write_text("finished\n")
