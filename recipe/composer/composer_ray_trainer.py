@@ -58,7 +58,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from verl_ext.composer.actor_loss import SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
+from verl_ext.composer.actor_loss import DPO_COLUMNS, SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
     DPOPair,
@@ -118,7 +118,7 @@ def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
     the SDPO columns the step's rows carry. A column one side lacks is zero there if it is a loss-term column (the
     DPO columns on the step's rows, the SDPO columns on the block), else a KeyError."""
     keys = list(block.batch.keys()) + [k for k in SDPO_COLUMNS if k in batch.batch.keys()]
-    optional = {"dpo_sign", "dpo_weight", "dpo_ref_logp", "dpo_partner_logratio", *SDPO_COLUMNS}
+    optional = {*DPO_COLUMNS, *SDPO_COLUMNS}
     missing = [k for k in keys if k not in batch.batch.keys() and k not in optional]
     if missing:
         raise KeyError(f"the training batch lacks columns {missing} that the extra rows carry")
@@ -262,8 +262,8 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 self.pair_writer.close()
 
     # ------------------------------------------------------------------ worker calls on extra rows
-    def _actor_forward(self, tensors: dict[str, torch.Tensor], ref: bool = False, **flags):
-        """Run extra rows through the actor's (or reference's) compute_log_prob: (output TensorDict, input, n rows).
+    def _padded_rows(self, tensors: dict[str, torch.Tensor], ref: bool = False) -> tuple[DataProto, int]:
+        """Extra rows as a DataProto for the actor's (or reference's) log-prob call, and their count before padding.
 
         Rows are padded (repeating the last) to a multiple of worker count x log-prob micro-batch size: verl's
         dispatch splits the batch evenly over data-parallel ranks and, without dynamic batch sizes, its engine
@@ -279,18 +279,21 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             tensors = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in tensors.items()}
         meta = {"temperature": self.config.actor_rollout_ref.rollout.temperature,
                 "global_token_num": tensors["attention_mask"].sum(-1).tolist(), "images_seqlens": []}
-        data = DataProto.from_dict(tensors=dict(tensors), meta_info=meta)
-        if ref:
-            return self._compute_ref_log_prob(data).batch["ref_log_prob"][:n], None, n
+        return DataProto.from_dict(tensors=dict(tensors), meta_info=meta), n
+
+    def _actor_forward(self, tensors: dict[str, torch.Tensor], **flags):
+        """The actor's compute_log_prob on extra rows, without gradient: (output TensorDict, input TensorDict, n)."""
+        data, n = self._padded_rows(tensors)
         td = left_right_2_no_padding(data.to_tensordict())
         tu.assign_non_tensor(td, **{"calculate_entropy": False, "compute_loss": False, **flags})
         return self.actor_rollout_wg.compute_log_prob(td), td, n
 
     def _score_rows(self, tensors: dict[str, torch.Tensor], ref: bool = False) -> torch.Tensor:
         """(n, R) log-probs of the rows' response tokens: the actor (current policy, no gradient) or the reference."""
-        out, td, n = self._actor_forward(tensors, ref=ref)
         if ref:
-            return out
+            data, n = self._padded_rows(tensors, ref=True)
+            return self._compute_ref_log_prob(data).batch["ref_log_prob"][:n]
+        out, td, n = self._actor_forward(tensors)
         return no_padding_2_padding(tu.get(out, "log_probs"), td).float()[:n]
 
     def _score_topk(self, tensors: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,9 +25,9 @@ when the micro-batch's non-tensor flag `distillation_use_topk` is True (verl/wor
       alpha_sdpo  * sum_t sdpo_weight_t * jsd_t                        * dp_size
       beta_replay * sum_rows dpo_weight_r * (L_r - L_r.detach() / 2)    * dp_size
 
-  where L_r is `dpo.dpo_row_losses` (gradient of each pair's DPO loss, see there; the detach keeps the value at
-  the pair's DPO loss while the gradient is unchanged). The trainer sets the weights so that one update pass
-  sums to the batch means: sdpo_weight = (number of rollout mini-batches) / (error-site tokens of the step), so
+  where L_r is `dpo.dpo_row_losses` (gradient of each pair's DPO loss, see there; subtracting half the detached
+  value makes a pair's two rows sum to the pair's DPO loss and leaves the gradient unchanged). The trainer sets
+  the weights so that one update pass sums to the batch means: sdpo_weight = (number of rollout mini-batches) / (error-site tokens of the step), so
   each mini-batch's term is the batchmean JSD of its sites in expectation; dpo_weight = (slot weight) / pairs.
   `* dp_size` undoes the data-parallel gradient averaging, as verl's `agg_loss` does.
 
@@ -103,8 +103,8 @@ class ComposerActorLoss:
             if collect_k is not None:
                 return self._collect_topk(student_logits, int(collect_k))
             return self._sdpo_jsd(student_logits, data)
-        if collect_k is not None:
-            return torch.zeros((), device=student_device(model_output)), {}
+        if collect_k is not None:  # forward only: the engine just reads the value
+            return torch.zeros(()), {}
         return self._loss(model_output, data, dp_group)
 
     # ------------------------------------------------------------------ logits processor
@@ -158,9 +158,3 @@ class ComposerActorLoss:
             metrics["composer/dpo_pairs"] = Metric(AggregationType.SUM, weight.sum() / 2)
         return loss, metrics
 
-
-def student_device(model_output) -> torch.device:
-    for value in (model_output or {}).values():
-        if isinstance(value, torch.Tensor):
-            return value.device
-    return torch.device("cpu")

@@ -38,7 +38,7 @@ class ToyTeacherServer:
         latency = float(latency_s)
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
+            def log_message(self, *args):  # one stderr line per request would flood the training log
                 pass
 
             def do_POST(self):
