@@ -10,7 +10,8 @@ Which keys count depends on `algorithm.adv_estimator`:
 - `gtpo`, `gtpo_hicra`, `gtpo_sepa`: `advantage_mode` (default maxrl) then that transform.
 - `composable`: `advantage_mode` + `transform_mode`, or `algorithm_mode`, which wins over both.
 A key that contradicts the estimator (e.g. `transform_mode=gtpo_hicra` with `adv_estimator=gtpo`, or
-`transform_mode=gtpo` with verl's `grpo`, which would silently ignore it) is an error.
+`transform_mode=gtpo` with verl's `grpo`, which would silently ignore it) is an error (`ConfigError`, the project's
+one config-error type). Every default comes from advantage.yaml; nothing here repeats a value.
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from verl_ext.advantage.gram_match import parse_grams
 from verl_ext.advantage.plugins import Plugin, load_context_plugin, load_episode_plugin, load_uncertainty_plugin
 from verl_ext.advantage.sepa_schedule import SCHEDULES
 from verl_ext.advantage.uncertainty import KIND_ALIASES, canonical_kind
+from verl_ext.config.errors import ConfigError
 
 ADVANTAGE_YAML = Path(__file__).with_name("advantage.yaml")
+# The one place every default lives (each key documented there); the dataclasses below take theirs from it.
+YAML_DEFAULTS: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(ADVANTAGE_YAML), resolve=True)
 
 ESTIMATORS = ("maxrl", "gtpo", "gtpo_hicra", "gtpo_sepa", "composable")
 TOKEN_ESTIMATORS = ("gtpo", "gtpo_hicra", "gtpo_sepa", "composable")
@@ -49,10 +55,10 @@ _OUR_PREFIXES = ("advantage_", "transform_", "algorithm_mode", "uncertainty", "g
 
 @dataclass(frozen=True)
 class SepaConfig:
-    steps: int = 500
-    schedule: str = "linear"
-    delay_steps: int = 50
-    correct_rate_gate: float = 0.1
+    steps: int = YAML_DEFAULTS["sepa"]["steps"]
+    schedule: str = YAML_DEFAULTS["sepa"]["schedule"]
+    delay_steps: int = YAML_DEFAULTS["sepa"]["delay_steps"]
+    correct_rate_gate: float = YAML_DEFAULTS["sepa"]["correct_rate_gate"]
 
 
 _SEPA_KEYS = tuple(f.name for f in fields(SepaConfig))
@@ -61,20 +67,20 @@ _SEPA_KEYS = tuple(f.name for f in fields(SepaConfig))
 @dataclass(frozen=True)
 class AdvantageConfig:
     adv_estimator: str | None = None
-    advantage_mode: str = "maxrl"
-    transform_mode: str = "none"
-    algorithm_mode: str | None = None
-    uncertainty_kind: str = "surprisal"
-    gtpo_beta: float = 0.1
-    hicra_alpha: float = 0.2
+    advantage_mode: str = YAML_DEFAULTS["advantage_mode"]
+    transform_mode: str = YAML_DEFAULTS["transform_mode"]
+    algorithm_mode: str | None = YAML_DEFAULTS["algorithm_mode"]
+    uncertainty_kind: str = YAML_DEFAULTS["uncertainty_kind"]
+    gtpo_beta: float = YAML_DEFAULTS["gtpo_beta"]
+    hicra_alpha: float = YAML_DEFAULTS["hicra_alpha"]
     sepa: SepaConfig = field(default_factory=SepaConfig)
-    strategic_grams: tuple[str, ...] = parse_grams(None)
+    strategic_grams: tuple[str, ...] = parse_grams(YAML_DEFAULTS["strategic_grams"])
     advantage_params: Mapping[str, Any] = field(default_factory=dict)
     transform_params: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_algorithm(cls, cfg: Any, adv_estimator: str | None = None) -> AdvantageConfig:
-        """Read and validate (plugins are imported and their signatures checked). ValueError on bad input.
+        """Read and validate (plugins are imported and their signatures checked). ConfigError on bad input.
 
         cfg: verl's `algorithm` section (DictConfig, AlgoConfig, dict) or None for all defaults.
         adv_estimator: overrides `cfg.adv_estimator` (estimators pass their own name).
@@ -82,14 +88,15 @@ class AdvantageConfig:
         raw = _plain(cfg)
         _reject_lookalike_keys(raw)
         sepa = _sepa_config(raw.get("sepa"))
+        d = cls  # the dataclass defaults, i.e. advantage.yaml's
         values = dict(
             adv_estimator=adv_estimator if adv_estimator is not None else raw.get("adv_estimator"),
-            advantage_mode=raw.get("advantage_mode") or "maxrl",
-            transform_mode=raw.get("transform_mode") or "none",
-            algorithm_mode=raw.get("algorithm_mode") or None,
-            uncertainty_kind=canonical_kind(raw.get("uncertainty_kind") or "surprisal"),
-            gtpo_beta=_number(raw.get("gtpo_beta"), 0.1, "gtpo_beta"),
-            hicra_alpha=_number(raw.get("hicra_alpha"), 0.2, "hicra_alpha"),
+            advantage_mode=raw.get("advantage_mode") or d.advantage_mode,
+            transform_mode=raw.get("transform_mode") or d.transform_mode,
+            algorithm_mode=raw.get("algorithm_mode") or d.algorithm_mode,
+            uncertainty_kind=canonical_kind(raw.get("uncertainty_kind") or d.uncertainty_kind),
+            gtpo_beta=_number(raw.get("gtpo_beta"), d.gtpo_beta, "gtpo_beta"),
+            hicra_alpha=_number(raw.get("hicra_alpha"), d.hicra_alpha, "hicra_alpha"),
             sepa=sepa,
             strategic_grams=parse_grams(raw.get("strategic_grams")),
             advantage_params=_params(raw.get("advantage_params"), "advantage_params"),
@@ -103,19 +110,19 @@ class AdvantageConfig:
         _check_mode(self.advantage_mode, EPISODE_MODES, "advantage_mode")
         _check_mode(self.transform_mode, TRANSFORM_MODES, "transform_mode")
         if self.gtpo_beta < 0:
-            raise ValueError(f"gtpo_beta must be >= 0, got {self.gtpo_beta}")
+            raise ConfigError(f"gtpo_beta must be >= 0, got {self.gtpo_beta}")
         if not 0.0 <= self.hicra_alpha <= 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"hicra_alpha must be in [0, 1], got {self.hicra_alpha} (above 1 it flips the sign of negative "
                 "advantages on planning tokens)"
             )
         s = self.sepa
         if s.schedule not in SCHEDULES:
-            raise ValueError(f"sepa.schedule must be one of {SCHEDULES}, got {s.schedule!r}")
+            raise ConfigError(f"sepa.schedule must be one of {SCHEDULES}, got {s.schedule!r}")
         if s.steps < 0 or s.delay_steps < 0:
-            raise ValueError(f"sepa.steps and sepa.delay_steps must be >= 0, got {s.steps}, {s.delay_steps}")
+            raise ConfigError(f"sepa.steps and sepa.delay_steps must be >= 0, got {s.steps}, {s.delay_steps}")
         if not 0.0 <= s.correct_rate_gate <= 1.0:
-            raise ValueError(f"sepa.correct_rate_gate must be in [0, 1], got {s.correct_rate_gate}")
+            raise ConfigError(f"sepa.correct_rate_gate must be in [0, 1], got {s.correct_rate_gate}")
         self._check_estimator()
         self.plugins()  # imports each plugin and checks its signature now, not inside a Ray worker
 
@@ -126,20 +133,20 @@ class AdvantageConfig:
             return
         if est == "maxrl":
             if self.advantage_mode != "maxrl" or transform_set or self.algorithm_mode:
-                raise ValueError(
+                raise ConfigError(
                     "adv_estimator=maxrl takes no advantage_mode/transform_mode/algorithm_mode; use "
                     "adv_estimator=composable to combine them"
                 )
         elif est in TOKEN_ESTIMATORS:
             if transform_set and self.transform_mode != est:
-                raise ValueError(
+                raise ConfigError(
                     f"adv_estimator={est} contradicts transform_mode={self.transform_mode}; drop transform_mode or "
                     "use adv_estimator=composable"
                 )
             if self.algorithm_mode:
-                raise ValueError(f"algorithm_mode is used only by adv_estimator=composable, not {est}")
+                raise ConfigError(f"algorithm_mode is used only by adv_estimator=composable, not {est}")
         elif transform_set or self.algorithm_mode or self.advantage_mode not in EPISODE_MODES:
-            raise ValueError(
+            raise ConfigError(
                 f"transform_mode/algorithm_mode/a plugin advantage_mode have no effect with adv_estimator={est}; use "
                 f"one of {ESTIMATORS} (e.g. adv_estimator=composable advantage_mode=grpo transform_mode=gtpo)"
             )
@@ -216,17 +223,17 @@ def _plain(cfg: Any) -> dict[str, Any]:
         pass
     if isinstance(cfg, Mapping):
         return {k: cfg[k] for k in cfg}
-    raise ValueError(f"expected verl's algorithm config (DictConfig, dict or AlgoConfig), got {type(cfg).__name__}")
+    raise ConfigError(f"expected verl's algorithm config (DictConfig, dict or AlgoConfig), got {type(cfg).__name__}")
 
 
 def _sepa_config(raw: Any) -> SepaConfig:
     if raw is None:
         return SepaConfig()
     if not isinstance(raw, Mapping):
-        raise ValueError(f"algorithm.sepa must be a mapping of {_SEPA_KEYS}, got {raw!r}")
+        raise ConfigError(f"algorithm.sepa must be a mapping of {_SEPA_KEYS}, got {raw!r}")
     unknown = set(raw) - set(_SEPA_KEYS)
     if unknown:
-        raise ValueError(f"algorithm.sepa: unknown keys {sorted(unknown)}; known: {list(_SEPA_KEYS)}")
+        raise ConfigError(f"algorithm.sepa: unknown keys {sorted(unknown)}; known: {list(_SEPA_KEYS)}")
     d = SepaConfig()
     return SepaConfig(
         steps=_integer(raw.get("steps"), d.steps, "sepa.steps"),
@@ -239,21 +246,21 @@ def _sepa_config(raw: Any) -> SepaConfig:
 def _reject_lookalike_keys(raw: Mapping[str, Any]) -> None:
     for key in raw:
         if key not in _KEYS and isinstance(key, str) and key.startswith(_OUR_PREFIXES):
-            raise ValueError(
+            raise ConfigError(
                 f"unknown key algorithm.{key}; the advantage pipeline reads {list(_KEYS)} (see {ADVANTAGE_YAML.name})"
             )
 
 
 def _check_mode(mode: str, builtins: tuple[str, ...], key: str) -> None:
     if not isinstance(mode, str) or (mode not in builtins and "." not in mode):
-        raise ValueError(f"unknown {key} {mode!r}: use one of {list(builtins)} or a dotted path 'pkg.module.fn'")
+        raise ConfigError(f"unknown {key} {mode!r}: use one of {list(builtins)} or a dotted path 'pkg.module.fn'")
 
 
 def _number(value: Any, default: float, key: str) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{key} must be a number, got {value!r}")
+        raise ConfigError(f"{key} must be a number, got {value!r}")
     return float(value)
 
 
@@ -261,7 +268,7 @@ def _integer(value: Any, default: int, key: str) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValueError(f"{key} must be an integer, got {value!r}")
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
     return int(value)
 
 
@@ -269,5 +276,5 @@ def _params(value: Any, key: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ValueError(f"{key} must be a mapping of plugin parameters, got {value!r}")
+        raise ConfigError(f"{key} must be a mapping of plugin parameters, got {value!r}")
     return dict(value)

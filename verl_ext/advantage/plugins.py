@@ -13,7 +13,7 @@ Token advantages come back as a (bs, T) tensor, or one list per response holding
 per masked-in token. Optional attributes on the function tell the trainer what to feed:
 `needs_planning = True` (planning masks), `uses_sepa_controller = True` (a SEPA lambda), `needs_entropy = True`.
 
-Loading checks the import and the signature and raises PluginError (a ValueError) naming the path and the reason,
+Loading checks the import and the signature and raises PluginError (a ConfigError) naming the path and the reason,
 so `validate_algorithm_config` fails before any Ray worker starts; wrong outputs fail at call time, also by name.
 """
 
@@ -31,15 +31,17 @@ import torch
 from verl_ext.advantage.gtpo import gtpo_weights
 from verl_ext.advantage.hicra import hicra
 from verl_ext.advantage.sepa import sepa_pool
+from verl_ext.config.errors import ConfigError
 
 
-class PluginError(ValueError):
+class PluginError(ConfigError):
     pass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TransformContext:
-    """What a transform plugin sees (the whole batch). Tensors are (bs, T) unless noted."""
+    """What a transform plugin sees (the whole batch). Tensors are (bs, T) unless noted. Built by keyword only; the
+    strengths come from the run's AdvantageConfig (defaults in advantage.yaml), never from a default here."""
 
     episode_advantages: torch.Tensor  # (bs,), after the uninformative-group rule
     logprobs: torch.Tensor  # old log-probs of the sampled tokens
@@ -50,8 +52,8 @@ class TransformContext:
     entropys: torch.Tensor | None = None
     sepa_lambda: float = 0.0
     step: int = 0
-    gtpo_beta: float = 0.1
-    hicra_alpha: float = 0.2
+    gtpo_beta: float
+    hicra_alpha: float
     params: Mapping[str, Any] = field(default_factory=dict)  # transform_params
 
     @property
@@ -93,9 +95,10 @@ class TransformOutput:
     extra_metrics: dict[str, float] = field(default_factory=dict)  # logged as adv/<key>
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AlgorithmContext:
-    """What a full-algorithm plugin sees (the whole batch). Tensors are (bs, T) unless noted."""
+    """What a full-algorithm plugin sees (the whole batch). Tensors are (bs, T) unless noted. Keyword-only, like
+    TransformContext."""
 
     rewards: torch.Tensor  # (bs,) float64, sum of token_level_rewards
     group_ids: torch.Tensor  # (bs,) long
@@ -107,8 +110,8 @@ class AlgorithmContext:
     entropys: torch.Tensor | None = None
     sepa_lambda: float = 0.0
     step: int = 0
-    gtpo_beta: float = 0.1
-    hicra_alpha: float = 0.2
+    gtpo_beta: float
+    hicra_alpha: float
     advantage_params: Mapping[str, Any] = field(default_factory=dict)
     transform_params: Mapping[str, Any] = field(default_factory=dict)
 
