@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/campaign.py configs/campaign/advantage_ablation_cpu.yaml [--out-root outputs/campaign]
         [--only maxrl+gtpo_sepa grpo+none] [--dry-run]
+    .venv/bin/python scripts/campaign.py report SPEC [...]   # seed-band curves and tables: verl_ext/campaign/report.py
 
 Runs go one after another (each already uses every GPU or core it is given); on a Ray cluster run this on the head
 node, where each run's driver joins the cluster (RAY_ADDRESS). Re-running the same command resumes: runs with a
@@ -24,6 +25,11 @@ from verl_ext.metrics_log.plot import plot_runs
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        from verl_ext.campaign.report import main as report_main
+
+        return report_main(argv[1:])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec")
     p.add_argument("--out-root", default="outputs/campaign")

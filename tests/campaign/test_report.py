@@ -1,0 +1,138 @@
+"""Campaign report: seed bands, final-step and cost-to-target tables on synthetic logs with known answers (scipy as
+the statistics reference), and the `campaign.py report` CLI on real JSONL logs written by the project's writer."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from verl_ext.campaign.summary import (
+    cost_table,
+    expand_keys,
+    final_table,
+    first_reach,
+    resolve_target,
+    seed_band,
+)
+from verl_ext.metrics_log import JsonlMetricsWriter
+
+ROOT = Path(__file__).resolve().parents[2]
+VAL = "val-core/toy/acc/mean@1"
+TOK, TIME = "curriculum/tokens_generated", "time/train_total_s"
+
+
+def synthetic_run(speed: float, seed: int, steps: int = 10, test_freq: int = 5) -> list[dict]:
+    """Validation before training (step 0) and every test_freq steps; accuracy rises at `speed` per step; cumulative
+    tokens grow 1000 per step, time 2 s per step; a seed-dependent offset gives the seeds a spread."""
+    off = 0.01 * seed
+    recs = [{"step": 0, VAL: 0.1 + off}]
+    for s in range(1, steps + 1):
+        r = {"step": s, "critic/score/mean": min(1.0, speed * s + off), TOK: 1000 * s * (1 + seed), TIME: 2.0 * s}
+        if s % test_freq == 0:
+            r[VAL] = min(1.0, 0.1 + speed * s + off)
+        recs.append(r)
+    return recs
+
+
+@pytest.fixture
+def campaign():
+    return {"base": {0: synthetic_run(0.02, 0), 1: synthetic_run(0.02, 1), 2: synthetic_run(0.02, 3)},
+            "fast": {0: synthetic_run(0.06, 0), 1: synthetic_run(0.06, 2)}}
+
+
+def test_seed_band_is_mean_and_std_over_the_seeds_that_logged_the_step(campaign):
+    band = seed_band(campaign["base"], VAL)
+    assert band.steps == [0, 5, 10]  # sparse validation stays sparse
+    for i, step in enumerate(band.steps):
+        vals = [next(r[VAL] for r in recs if r["step"] == step) for recs in campaign["base"].values()]
+        assert band.mean[i] == pytest.approx(np.mean(vals)) and band.std[i] == pytest.approx(np.std(vals, ddof=1))
+        assert band.n[i] == 3
+    # A seed missing a step (shorter run, nan logged as null) leaves that step to the others.
+    runs = {0: [{"step": 1, "k": 1.0}, {"step": 2, "k": 3.0}], 1: [{"step": 1, "k": 2.0}, {"step": 2, "k": None}]}
+    b = seed_band(runs, "k")
+    assert b.steps == [1, 2] and b.mean == [1.5, 3.0] and b.n == [2, 1] and b.std[1] == 0.0
+
+
+def test_final_table_against_scipy(campaign):
+    rows = {r.condition: r for r in final_table(campaign, VAL, "base", bootstrap=500)}
+    base = [0.1 + 0.2 + 0.01 * s for s in (0, 1, 3)]
+    fast = [min(1.0, 0.1 + 0.6 + 0.01 * s) for s in (0, 2)]
+    assert rows["base"].summary.n == 3 and rows["base"].summary.mean == pytest.approx(np.mean(base))
+    assert math.isnan(rows["base"].p) and rows["base"].ci is None
+    assert rows["fast"].diff == pytest.approx(np.mean(fast) - np.mean(base))
+    assert rows["fast"].p == pytest.approx(stats.ttest_ind(fast, base, equal_var=False).pvalue, rel=1e-9)
+    assert rows["fast"].ci[0] <= rows["fast"].diff <= rows["fast"].ci[1]
+    with pytest.raises(KeyError, match="baseline"):
+        final_table(campaign, VAL, "nope")
+
+
+def test_first_reach_costs(campaign):
+    # base seed 1: val 0.11 (step 0), 0.21 (5), 0.31 (10). Target 0.2 -> step 5, 5000 * 2 tokens, 10 s.
+    hit = first_reach(campaign["base"][1], VAL, 0.2, [TOK, TIME])
+    assert hit.step == 5 and hit.costs == {TOK: 10000.0, TIME: 10.0}
+    assert first_reach(campaign["base"][1], VAL, 0.05, [TOK, TIME]).costs == {TOK: 0.0, TIME: 0.0}  # before training
+    assert first_reach(campaign["base"][1], VAL, 0.9, [TOK, TIME]) is None
+    with pytest.raises(KeyError, match="cost keys"):
+        first_reach(campaign["base"][1], VAL, 0.2, ["no/such_key"])
+
+
+def test_cost_table_and_relative_target(campaign):
+    best = np.mean([0.7, 0.72])  # "fast" final validation mean
+    goal = resolve_target(campaign, VAL, None, 0.5)
+    assert goal == pytest.approx(0.5 * best)  # 0.355
+    rows = {r.condition: r for r in cost_table(campaign, VAL, goal, [TOK, TIME])}
+    # base ends at 0.1 + 0.2 + 0.01 * seed <= 0.33 < 0.355: never reached.
+    assert rows["base"].reached == 0 and rows["base"].n == 3 and rows["base"].costs[TOK].n == 0
+    # fast: 0.1 + 0.3 + off >= 0.355 at step 5 for both seeds: tokens 5000 * (1 + seed), time 10 s.
+    assert rows["fast"].reached == 2 and rows["fast"].step.mean == 5
+    assert rows["fast"].costs[TOK].mean == pytest.approx(np.mean([5000, 15000]))
+    assert rows["fast"].costs[TOK].std == pytest.approx(np.std([5000, 15000], ddof=1))
+    assert rows["fast"].costs[TIME].mean == 10.0
+    with pytest.raises(ValueError, match="exactly one"):
+        resolve_target(campaign, VAL, 0.3, 0.5)
+
+
+def test_expand_keys(campaign):
+    assert expand_keys(["val-core/*/acc/mean@1", "critic/score/mean"], campaign, required=True) == [VAL, "critic/score/mean"]
+    assert expand_keys(["adv/sepa_lambda"], campaign, required=False) == []
+    with pytest.raises(KeyError, match="adv/sepa_lambda"):
+        expand_keys(["adv/sepa_lambda"], campaign, required=True)
+
+
+def test_report_cli_on_real_logs(tmp_path, campaign):
+    (tmp_path / "spec.yaml").write_text(textwrap.dedent("""
+        name: demo
+        entry: fake_entry
+        conditions: {base: [], fast: [], never_ran: []}
+        seeds: [0, 1, 2, 3]
+    """))
+    out = tmp_path / "out"
+    for cond, runs in campaign.items():
+        for seed, recs in runs.items():
+            w = JsonlMetricsWriter(out / "demo" / f"{cond}_s{seed}" / "metrics.jsonl")
+            for r in recs:
+                w.log(r["step"], {k: v for k, v in r.items() if k != "step"})
+            w.close()
+    cmd = [sys.executable, str(ROOT / "scripts" / "campaign.py"), "report", str(tmp_path / "spec.yaml"),
+           "--out-root", str(out), "--target-frac", "0.5"]
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    md = (out / "demo" / "report.md").read_text()
+    assert md in res.stdout
+    p = stats.ttest_ind([0.7, 0.72], [0.3, 0.31, 0.33], equal_var=False).pvalue
+    assert f"| fast | 2 | 0.710 | 0.014 | +0.397 | {p:.3g} |" in md
+    assert "| base (baseline) | 3 | 0.313 |" in md
+    assert "| fast | 2/2 | 5.000 ± 0.000 | 10000 ± 7071 | 10.0 ± 0.000 |" in md  # std of [5000, 15000] = 7071
+    assert "| base | 0/3 | - | - | - |" in md
+    assert "Final `critic/score/mean`" in md and "sepa_lambda" not in md  # default keys: only those logged
+    assert (out / "demo" / "report.png").stat().st_size > 10000
+    assert "never_ran_s0" in res.stdout  # runs without a log are named
+    bad = subprocess.run(cmd + ["--keys", "no/such/*"], check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode != 0 and "no/such/*" in bad.stderr

@@ -1,0 +1,178 @@
+"""Campaign report: per-condition mean curves with seed bands (one PNG) and markdown tables of the final step and of
+the cost to reach a target accuracy, read from the runs' JSONL metric logs.
+
+    .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
+        [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@1'] [--baseline grpo+none] \
+        [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@1'] [--bootstrap 10000]
+
+Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
+std) and <out-root>/<name>/report.md (also printed), ready to paste into a README. Keys are fnmatch patterns; the
+default set is drawn for whichever of its keys the runs logged (train reward, validation accuracy, responses per
+training group, keep rate, SEPA lambda); an explicit --keys pattern that matches nothing is an error. The baseline
+is the spec's first condition unless --baseline is given. Runs without a metrics log yet are listed and left out.
+The statistics are in verl_ext/campaign/summary.py and stats.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from verl_ext.campaign.spec import CampaignSpec
+from verl_ext.campaign.summary import (
+    TIME_KEY,
+    TOKENS_KEY,
+    Campaign,
+    cost_markdown,
+    cost_table,
+    expand_keys,
+    final_markdown,
+    final_table,
+    resolve_target,
+    seed_band,
+)
+from verl_ext.metrics_log.jsonl import read_jsonl
+
+DEFAULT_KEYS = [
+    "critic/score/mean",  # train reward
+    "val-core/*/acc/mean@1",  # validation accuracy, one key per validation data source
+    "curriculum/responses_per_training_group",
+    "curriculum/keep_rate",
+    "adv/sepa_lambda",
+]
+DEFAULT_TARGET_KEY = "val-core/*/acc/mean@1"
+
+
+def load_campaign(spec: CampaignSpec, out_root: str | Path, only: Sequence[str] | None = None) -> tuple[Campaign, list[str]]:
+    """{condition: {seed: records}} of the runs that have a metrics log, and the labels of those that have none."""
+    campaign: dict[str, dict[int, list[dict]]] = {}
+    missing = []
+    for run in spec.runs(out_root):
+        if only and run.condition not in only:
+            continue
+        records = read_jsonl(run.run_dir / "metrics.jsonl")
+        if records:
+            campaign.setdefault(run.condition, {})[run.seed] = records
+        else:
+            missing.append(run.label)
+    if not campaign:
+        raise FileNotFoundError(f"no run of campaign {spec.name!r} under {Path(out_root) / spec.name} has a metrics log yet")
+    return campaign, missing
+
+
+def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: str = "") -> Path:
+    from verl_ext.metrics_log.plot import require_matplotlib
+
+    require_matplotlib()
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on cluster nodes
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not keys:
+        raise ValueError("no metric keys to plot")
+    cols = min(len(keys), 3)
+    rows = math.ceil(len(keys) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.4 * rows), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        for cond, runs in campaign.items():
+            b = seed_band(runs, key)
+            if not b.steps:
+                continue
+            mean, std = np.asarray(b.mean), np.asarray(b.std)
+            sparse = len(b.steps) < 0.5 * (b.steps[-1] - b.steps[0] + 1)
+            line = ax.plot(b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, label=f"{cond} (n={len(runs)})")[0]
+            ax.fill_between(b.steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def build_markdown(campaign: Campaign, keys: Sequence[str], baseline: str, target_key: str | None,
+                   target: float | None, target_frac: float | None, tokens_key: str, time_key: str,
+                   bootstrap: int = 0) -> str:
+    parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
+    if target_key is not None:
+        goal = resolve_target(campaign, target_key, target, target_frac)
+        costs = {tokens_key: "generated tokens", time_key: "training time (s)"}
+        parts.append(cost_markdown(target_key, goal, cost_table(campaign, target_key, goal, list(costs)), costs))
+    return "\n\n".join(parts) + "\n"
+
+
+def _one_key(pattern: str, campaign: Campaign, required: bool) -> str | None:
+    keys = expand_keys([pattern], campaign, required=required)
+    if len(keys) > 1:
+        raise ValueError(f"--target-key {pattern!r} matches {keys}: name one")
+    return keys[0] if keys else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="campaign.py report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec")
+    p.add_argument("--out-root", default="outputs/campaign")
+    p.add_argument("--only", nargs="+", help="conditions to report (default: all)")
+    p.add_argument("--keys", nargs="+", help="metric keys / fnmatch patterns (default: the standard set, as logged)")
+    p.add_argument("--baseline", help="condition the others are tested against (default: the spec's first)")
+    p.add_argument("--target-key", help=f"accuracy key for the cost-to-target table (default {DEFAULT_TARGET_KEY!r}, "
+                                        "skipped if not logged)")
+    goal = p.add_mutually_exclusive_group()
+    goal.add_argument("--target", type=float, help="absolute target of --target-key")
+    goal.add_argument("--target-frac", type=float, help="target = this fraction of the best condition's mean final "
+                                                        "value (default 0.9)")
+    p.add_argument("--tokens-key", default=TOKENS_KEY, help="cumulative generated-token count")
+    p.add_argument("--time-key", default=TIME_KEY, help="cumulative training wall time in seconds")
+    p.add_argument("--bootstrap", type=int, default=0, help="add a bootstrap CI of the difference with this many draws")
+    p.add_argument("--png", help="default <out-root>/<name>/report.png")
+    p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
+    args = p.parse_args(argv)
+
+    spec = CampaignSpec.from_yaml(args.spec)
+    if args.only and set(args.only) - set(spec.conditions):
+        raise SystemExit(f"--only: unknown conditions {sorted(set(args.only) - set(spec.conditions))}")
+    baseline = args.baseline or next(c for c in spec.conditions if not args.only or c in args.only)
+    if baseline not in spec.conditions:
+        raise SystemExit(f"--baseline {baseline!r} is not a condition of the spec: {list(spec.conditions)}")
+    campaign, missing = load_campaign(spec, args.out_root, args.only)
+    if baseline not in campaign:
+        raise SystemExit(f"the baseline {baseline!r} has no run with a metrics log yet")
+    keys = expand_keys(args.keys or DEFAULT_KEYS, campaign, required=bool(args.keys))
+    if not keys:
+        raise SystemExit(f"the runs logged none of the default keys {DEFAULT_KEYS}; pass --keys")
+    target_key = _one_key(args.target_key or DEFAULT_TARGET_KEY, campaign, required=bool(args.target_key))
+    target_frac = 0.9 if args.target is None and args.target_frac is None else args.target_frac
+
+    md = build_markdown(campaign, keys, baseline, target_key, args.target, target_frac, args.tokens_key, args.time_key,
+                        args.bootstrap)
+    out_dir = Path(args.out_root) / spec.name
+    seeds = sorted({s for runs in campaign.values() for s in runs})
+    png = plot_bands(campaign, keys, args.png or out_dir / "report.png",
+                     title=f"{spec.name}: mean ± std over seeds {seeds}")
+    md_path = Path(args.markdown or out_dir / "report.md")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(md)
+    print(md)
+    if missing:
+        print(f"[report] runs without a metrics log, left out: {missing}")
+    print(f"[report] {png}\n[report] {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Campaign summaries from metric records (pure: no files, no plotting): seed bands, final-step tables, cost to target.
+
+Input: per condition, per seed, the run's metric records (the JSONL log's dicts, ``{"step": s, key: value, ...}``).
+
+- Seed band of a key: at every step any seed logged it, the mean over the seeds that did, their sample std (ddof 1,
+  0 for a single seed) and how many they were. Sparse keys (validation every test_freq steps) stay sparse.
+- Final value of a run: the key's last finite value (for validation metrics that is the last evaluation).
+- Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition, and
+  Welch's two-sided p-value (and optionally a bootstrap CI of the difference): verl_ext/campaign/stats.py.
+- Cost to reach a target: the first step at which a run's target metric (validation accuracy) is >= target, and the
+  value of each cumulative cost key at that step (generated tokens ``curriculum/tokens_generated``, training wall
+  time ``time/train_total_s``, both carried across resumes by the trainers). Reached at step 0 (validation before
+  training) costs 0. The target is absolute, or a fraction of the best condition's mean final value, so conditions
+  are compared at the same accuracy: "how much did it take to get there", the figure of merit of curriculum sampling
+  (SPEED-RL reports its speed-up this way). Runs that never reach it are counted, not averaged.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from verl_ext.campaign.stats import Summary, bootstrap_diff_ci, summarize, welch_t_test
+
+Records = Sequence[Mapping]
+Campaign = Mapping[str, Mapping[int, Records]]  # condition -> seed -> records
+
+TOKENS_KEY = "curriculum/tokens_generated"
+TIME_KEY = "time/train_total_s"
+
+
+def _finite(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+
+
+def expand_keys(patterns: Sequence[str], campaign: Campaign, required: bool) -> list[str]:
+    """Keys matching each pattern (fnmatch, e.g. ``val-core/*/acc/mean@1``) in any run, in pattern order.
+
+    required: a pattern that matches nothing is an error (a typo), else it is dropped (optional default keys)."""
+    logged = sorted({k for runs in campaign.values() for recs in runs.values() for r in recs for k in r if k != "step"})
+    out: list[str] = []
+    for pat in patterns:
+        hits = [k for k in logged if fnmatch.fnmatchcase(k, pat)]
+        if not hits and required:
+            raise KeyError(f"no run logged a key matching {pat!r}; logged keys include {logged[:15]}")
+        out.extend(k for k in hits if k not in out)
+    return out
+
+
+@dataclass(frozen=True)
+class Band:
+    steps: list[int]
+    mean: list[float]
+    std: list[float]
+    n: list[int]
+
+
+def seed_band(runs: Mapping[int, Records], key: str) -> Band:
+    by_step: dict[int, list[float]] = {}
+    for recs in runs.values():
+        for r in recs:
+            if _finite(r.get(key)):
+                by_step.setdefault(int(r["step"]), []).append(float(r[key]))
+    steps = sorted(by_step)
+    stats = [summarize(by_step[s]) for s in steps]
+    return Band(steps, [s.mean for s in stats], [0.0 if s.n < 2 else s.std for s in stats], [s.n for s in stats])
+
+
+def final_value(records: Records, key: str) -> float | None:
+    for r in sorted(records, key=lambda r: r["step"], reverse=True):
+        if _finite(r.get(key)):
+            return float(r[key])
+    return None
+
+
+@dataclass(frozen=True)
+class FinalRow:
+    condition: str
+    summary: Summary
+    diff: float  # mean - baseline mean
+    p: float  # Welch two-sided, nan if undefined
+    ci: tuple[float, float] | None  # bootstrap CI of diff, when asked for
+
+
+def final_table(campaign: Campaign, key: str, baseline: str, bootstrap: int = 0, level: float = 0.95) -> list[FinalRow]:
+    if baseline not in campaign:
+        raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
+    finals = {c: [v for recs in runs.values() if (v := final_value(recs, key)) is not None] for c, runs in campaign.items()}
+    base = finals[baseline]
+    base_mean = summarize(base).mean
+    rows = []
+    for cond, vals in finals.items():
+        s = summarize(vals)
+        is_base = cond == baseline
+        ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level) if bootstrap and not is_base else None
+        rows.append(FinalRow(cond, s, 0.0 if is_base else s.mean - base_mean,
+                             math.nan if is_base else welch_t_test(vals, base).p, ci))
+    return rows
+
+
+@dataclass(frozen=True)
+class Reach:
+    step: int
+    costs: dict[str, float]
+
+
+def first_reach(records: Records, key: str, target: float, cost_keys: Sequence[str]) -> Reach | None:
+    """The first step with ``key`` >= target and each cost key's cumulative value there (see module docstring)."""
+    ordered = sorted(records, key=lambda r: r["step"])
+    last: dict[str, float] = {}
+    for r in ordered:
+        for c in cost_keys:
+            if _finite(r.get(c)):
+                last[c] = float(r[c])
+        if _finite(r.get(key)) and r[key] >= target:
+            if r["step"] == 0:
+                return Reach(0, {c: 0.0 for c in cost_keys})
+            missing = [c for c in cost_keys if c not in last]
+            if missing:
+                raise KeyError(f"cost keys {missing} not logged by step {r['step']}; is this the right --tokens-key / "
+                               "--time-key for this recipe?")
+            return Reach(int(r["step"]), {c: last[c] for c in cost_keys})
+    return None
+
+
+def resolve_target(campaign: Campaign, key: str, target: float | None, target_frac: float | None) -> float:
+    """An absolute target, or target_frac times the best condition's mean final value of ``key``."""
+    if (target is None) == (target_frac is None):
+        raise ValueError("give exactly one of target (absolute) and target_frac (fraction of the best final mean)")
+    if target is not None:
+        return float(target)
+    if not 0.0 < target_frac <= 1.0:
+        raise ValueError(f"target_frac must be in (0, 1], got {target_frac}")
+    means = [summarize([v for recs in runs.values() if (v := final_value(recs, key)) is not None]).mean
+             for runs in campaign.values()]
+    means = [m for m in means if math.isfinite(m)]
+    if not means:
+        raise KeyError(f"no run logged {key!r}: cannot set a target relative to the best final value")
+    return target_frac * max(means)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    condition: str
+    reached: int
+    n: int
+    step: Summary
+    costs: dict[str, Summary]  # over the runs that reached the target
+
+
+def cost_table(campaign: Campaign, key: str, target: float, cost_keys: Sequence[str]) -> list[CostRow]:
+    rows = []
+    for cond, runs in campaign.items():
+        hits = [h for recs in runs.values() if (h := first_reach(recs, key, target, cost_keys)) is not None]
+        rows.append(CostRow(cond, len(hits), len(runs), summarize([h.step for h in hits]),
+                            {c: summarize([h.costs[c] for h in hits]) for c in cost_keys}))
+    return rows
+
+
+# ---------------------------------------------------------------- markdown
+
+def _num(x: float) -> str:
+    """Readable at a glance: 123456, 85.3, 0.412; "-" for undefined."""
+    if not math.isfinite(x):
+        return "-"
+    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
+
+
+def _mean_std(s: Summary) -> str:
+    if s.n == 0:
+        return "-"
+    return _num(s.mean) if s.n < 2 else f"{_num(s.mean)} ± {_num(s.std)}"
+
+
+def final_markdown(key: str, rows: Sequence[FinalRow], baseline: str, level: float = 0.95) -> str:
+    with_ci = any(r.ci is not None for r in rows)
+    head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
+    if with_ci:
+        head.append(f"{level:.0%} CI of Δ (bootstrap)")
+    lines = [f"Final `{key}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.condition + (" (baseline)" if r.condition == baseline else ""), str(r.summary.n),
+                 _num(r.summary.mean), _num(r.summary.std), "-" if r.condition == baseline else f"{r.diff:+.3f}",
+                 "-" if not math.isfinite(r.p) else f"{r.p:.3g}"]
+        if with_ci:
+            cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
+    head = ["condition", "reached", "step", *cost_labels.values()]
+    lines = [f"Cost to reach `{key}` >= {target:.3f} (mean ± std over the runs that reached it)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.condition, f"{r.reached}/{r.n}", _mean_std(r.step),
+                 *(_mean_std(r.costs[c]) for c in cost_labels)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
