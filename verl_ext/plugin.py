@@ -9,13 +9,12 @@ logger = logging.getLogger(__name__)
 
 
 def _load() -> None:
-    from verl_ext import advantage, composer, cpu, curriculum
+    from verl_ext import advantage, composer, cpu
     from verl_ext.cpu import platform  # noqa: F401  registers "cpu"; never auto-detected, only by VERL_PLATFORM=cpu
 
     if cpu.is_requested():
         cpu.activate()
     advantage.register()  # maxrl, gtpo, gtpo_hicra, gtpo_sepa, composable in verl's estimator registry
-    curriculum.register()  # DataProto.truncate / DataProto.interleave_by_uid where verl lacks them
     composer.register()  # grpo_composer
 
 

@@ -1,27 +1,13 @@
 """Two-phase curriculum sampling ("fast DAPO", SPEED-RL arXiv 2506.09016): pure bookkeeping, no Ray.
 
-- ``dataproto_ops``: ``truncate``, ``interleave_by_uid``, ``pad_to_multiple`` for verl's DataProto.
 - ``controller``: ``DataController`` (fast / dapo / plain modes).
+- ``dataproto_ops``: ``pad_to_multiple`` (equal chunks for verl's agent-loop workers).
 - ``cost_model``: expected responses per training group from a pass-rate histogram.
+
+Nothing here patches verl: the recipe calls these functions directly.
 """
 
 from verl_ext.curriculum.controller import CONTINUE, PHASE_KEY, SCREEN, DataController
-from verl_ext.curriculum.dataproto_ops import PAD_KEY, install, interleave_by_uid, pad_to_multiple, truncate
+from verl_ext.curriculum.dataproto_ops import PAD_KEY, pad_to_multiple
 
-
-def register() -> None:
-    """Make ``DataProto.truncate`` / ``DataProto.interleave_by_uid`` available where verl lacks them (idempotent)."""
-    install()
-
-
-__all__ = [
-    "CONTINUE",
-    "PAD_KEY",
-    "PHASE_KEY",
-    "SCREEN",
-    "DataController",
-    "interleave_by_uid",
-    "pad_to_multiple",
-    "register",
-    "truncate",
-]
+__all__ = ["CONTINUE", "PAD_KEY", "PHASE_KEY", "SCREEN", "DataController", "pad_to_multiple"]
