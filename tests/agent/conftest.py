@@ -1,0 +1,98 @@
+"""Agent-test fixtures: the tiny model as a token-in/token-out backend (sampling with log-probs, like verl's
+rollout), and a gateway on 127.0.0.1 serving it from a background event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+
+class TinyModelBackend:
+    """`generate(request_id, prompt_ids, sampling_params) -> (ids, log_probs)` on the real tiny model (HF,
+    fp32, no KV cache: sizes are tiny). Stops at EOS or max_tokens; temperature 0 = greedy."""
+
+    def __init__(self, model_dir, eos_id: int, seed: int = 0, delay_s: float = 0.0):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+        self.eos_id, self.delay_s = eos_id, delay_s
+        self.gen = torch.Generator().manual_seed(seed)
+        self.calls: list[tuple[list[int], list[int]]] = []
+
+    @torch.no_grad()
+    def sample(self, prompt_ids: list[int], max_tokens: int, temperature: float) -> tuple[list[int], list[float]]:
+        ids, out, lps = list(prompt_ids), [], []
+        for _ in range(max_tokens):
+            logits = self.model(torch.tensor([ids])).logits[0, -1].float()
+            logp = torch.log_softmax(logits / max(temperature, 1e-6), -1)
+            tok = int(logp.argmax()) if temperature == 0 else int(torch.multinomial(logp.exp(), 1, generator=self.gen))
+            out.append(tok)
+            lps.append(float(logp[tok]))
+            ids.append(tok)
+            if tok == self.eos_id:
+                break
+        return out, lps
+
+    async def __call__(self, request_id, prompt_ids, sampling_params):
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        ids, lps = await asyncio.get_running_loop().run_in_executor(
+            None, self.sample, prompt_ids, int(sampling_params["max_tokens"]), float(sampling_params.get("temperature", 1.0))
+        )
+        self.calls.append((list(prompt_ids), ids))
+        return ids, (lps if sampling_params.get("logprobs") else None)
+
+
+class LoopThread:
+    """An asyncio loop in a thread (the gateway's home, as the agent-loop worker's loop is in verl)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout=300):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_assets, tiny_tokenizer):
+    return TinyModelBackend(tiny_assets.model_dir, tiny_tokenizer.eos_token_id)
+
+
+@pytest.fixture
+def loop_thread():
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+def make_gateway(tokenizer, generate, **kw):
+    from verl.utils.tokenizer.continuous_token_wiring import (
+        create_continuous_token_builder,
+    )
+
+    from verl_ext.agent.gateway import Gateway
+
+    builder = create_continuous_token_builder(tokenizer, hf_model_type="qwen2")
+    args = {"model_name": "tiny", "prompt_length": 128, "response_length": 64, "api_key": "k"}
+    args.update(kw)
+    return Gateway(tokenizer=tokenizer, builder=builder, generate=generate, **args)
+
+
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+
+
+@pytest.fixture
+def gateway(loop_thread, tiny_tokenizer, tiny_backend):
+    gw = make_gateway(tiny_tokenizer, tiny_backend)
+    loop_thread.run(gw.start())
+    yield gw
+    loop_thread.run(gw.stop())
