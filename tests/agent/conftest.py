@@ -19,6 +19,7 @@ class TinyModelBackend:
 
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
         self.eos_id, self.delay_s = eos_id, delay_s
+        self.version: int | None = None  # reported as the rollout's weight version, as verl's servers do
         self.gen = torch.Generator().manual_seed(seed)
         self.calls: list[tuple[list[int], list[int]]] = []
 
@@ -40,10 +41,14 @@ class TinyModelBackend:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         ids, lps = await asyncio.get_running_loop().run_in_executor(
-            None, self.sample, prompt_ids, int(sampling_params["max_tokens"]), float(sampling_params.get("temperature", 1.0))
+            None,
+            self.sample,
+            prompt_ids,
+            int(sampling_params["max_tokens"]),
+            float(sampling_params.get("temperature", 1.0)),
         )
         self.calls.append((list(prompt_ids), ids))
-        return ids, (lps if sampling_params.get("logprobs") else None)
+        return ids, (lps if sampling_params.get("logprobs") else None), self.version
 
 
 class LoopThread:

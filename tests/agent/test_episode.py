@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verl_ext.agent.episode import DROP_STATUSES, Status, decide
+from verl_ext.agent.episode import DROP_STATUSES, Status, decide, stale_mask, staleness
 from verl_ext.agent.trajectory import Round
 
 TWO = [Round([1], [2], [-0.1]), Round([1, 2, 3], [4], [-0.2])]
@@ -42,3 +42,20 @@ def test_bad_policy_names():
         decide(TWO, exit_code=0, timed_out=False, score_posted=True, on_rewrite="keep")
     with pytest.raises(ValueError, match="score_source"):
         decide(TWO, exit_code=0, timed_out=False, score_posted=True, score_source="judge")
+
+
+def reference_staleness(step, version):
+    return 0 if version is None else (step - 1) - version
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_staleness_and_the_bound(step):
+    versions = [None, 0, 1, step - 1, step - 2, step - 3]
+    got = staleness(step, versions)
+    assert got.tolist() == [reference_staleness(step, v) for v in versions]
+    # sync: every episode sampled by the weights the step trains (version step - 1) is 0 stale
+    assert staleness(step, [step - 1]).tolist() == [0]
+    for bound in (0, 1, 2):
+        assert stale_mask(step, versions, bound).tolist() == [reference_staleness(step, v) > bound for v in versions]
+    with pytest.raises(ValueError, match="max_staleness"):
+        stale_mask(step, versions, -1)

@@ -45,12 +45,16 @@ def test_two_chat_rounds_are_token_true(gateway, tiny_tokenizer, tiny_backend):
     follow = ASK + [msg.model_dump(), {"role": "user", "content": "Once more."}]  # echoed with its null fields
     r2 = c.chat.completions.create(model="any", messages=follow)
     (a, b) = s.rounds
-    assert tiny_tokenizer.decode(a.prompt_ids) == tiny_tokenizer.apply_chat_template(ASK, add_generation_prompt=True, tokenize=False)
+    assert tiny_tokenizer.decode(a.prompt_ids) == tiny_tokenizer.apply_chat_template(
+        ASK, add_generation_prompt=True, tokenize=False
+    )
     assert msg.content == tiny_tokenizer.decode(a.response_ids, skip_special_tokens=True)
     assert r2.choices[0].message.content == tiny_tokenizer.decode(b.response_ids, skip_special_tokens=True)
     # Round 2 starts with round 1's prompt and the *sampled* ids, not a re-tokenization of the reply text.
     assert b.prompt_ids[: len(a.prompt_ids) + len(a.response_ids)] == a.prompt_ids + a.response_ids
-    assert tiny_tokenizer.decode(b.prompt_ids).endswith("<|im_start|>user\nOnce more.<|im_end|>\n<|im_start|>assistant\n")
+    assert tiny_tokenizer.decode(b.prompt_ids).endswith(
+        "<|im_start|>user\nOnce more.<|im_end|>\n<|im_start|>assistant\n"
+    )
     for r in (a, b):
         assert r.log_probs == pytest.approx(reference_logprobs(tiny_backend, r.prompt_ids, r.response_ids), abs=1e-4)
     (seg,) = assemble_segments(s.rounds)
@@ -62,8 +66,11 @@ def test_rewritten_history_starts_a_new_segment(gateway):
     s = gateway.open_session(SAMPLING)
     c = client(gateway, s.episode_id)
     reply = c.chat.completions.create(model="any", messages=ASK).choices[0].message.content
-    edited = [{"role": "user", "content": "Repeat this number: 4."}, {"role": "assistant", "content": reply},
-              {"role": "user", "content": "Again."}]
+    edited = [
+        {"role": "user", "content": "Repeat this number: 4."},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "Again."},
+    ]
     c.chat.completions.create(model="any", messages=edited)
     assert len(assemble_segments(s.rounds)) == 2
 
@@ -116,7 +123,11 @@ def test_session_key_and_score_errors(gateway):
     assert post(gateway, "/scores", {"score": 1, "step_metas": "x"}, s.episode_id).status_code == 400
     assert s.score is None
     ok = post(gateway, "/scores", {"score": 1, "step_metas": [None, {"error_kind": "tool_error"}]}, s.episode_id)
-    assert ok.status_code == 200 and s.score == {"score": 1.0, "acc": 1.0, "step_metas": [None, {"error_kind": "tool_error"}]}
+    assert ok.status_code == 200 and s.score == {
+        "score": 1.0,
+        "acc": 1.0,
+        "step_metas": [None, {"error_kind": "tool_error"}],
+    }
     late = post(gateway, "/v1/chat/completions", {"messages": ASK}, s.episode_id)
     assert late.status_code == 409 and "closed" in late.json()["error"]["message"]
 
@@ -129,8 +140,12 @@ def test_response_budget_is_enforced(loop_thread, tiny_tokenizer, tiny_backend):
         c = client(gw, s.episode_id, max_retries=0)
         reply = c.chat.completions.create(model="any", messages=ASK).choices[0].message.content
         assert len(s.rounds[0].response_ids) <= 4
-        r = post(gw, "/v1/chat/completions", {"messages": ASK + [{"role": "assistant", "content": reply},
-                                                              {"role": "user", "content": "more"}]}, s.episode_id)
+        r = post(
+            gw,
+            "/v1/chat/completions",
+            {"messages": ASK + [{"role": "assistant", "content": reply}, {"role": "user", "content": "more"}]},
+            s.episode_id,
+        )
         assert r.status_code == 400 and "response budget" in r.json()["error"]["message"]
     finally:
         loop_thread.run(gw.stop())
@@ -145,11 +160,16 @@ def test_more_requests_than_the_bound_get_429(loop_thread, tiny_assets, tiny_tok
 
         async def fire():
             async with httpx.AsyncClient(timeout=60) as h:
-                return await asyncio.gather(*[
-                    h.post(gw.session_url(s.episode_id) + "/v1/chat/completions",
-                           json={"messages": ASK, "max_tokens": 2}, headers={"Authorization": "Bearer k"})
-                    for s in sessions
-                ])
+                return await asyncio.gather(
+                    *[
+                        h.post(
+                            gw.session_url(s.episode_id) + "/v1/chat/completions",
+                            json={"messages": ASK, "max_tokens": 2},
+                            headers={"Authorization": "Bearer k"},
+                        )
+                        for s in sessions
+                    ]
+                )
 
         codes = sorted(r.status_code for r in asyncio.run(fire()))
         assert codes == [200, 200, 429, 429, 429]
@@ -158,8 +178,11 @@ def test_more_requests_than_the_bound_get_429(loop_thread, tiny_assets, tiny_tok
         results = []
 
         def one(s):
-            results.append(client(gw, s.episode_id, max_retries=20).chat.completions.create(
-                model="any", messages=ASK, max_tokens=2))
+            results.append(
+                client(gw, s.episode_id, max_retries=20).chat.completions.create(
+                    model="any", messages=ASK, max_tokens=2
+                )
+            )
 
         import threading
 

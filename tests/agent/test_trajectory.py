@@ -38,7 +38,7 @@ def random_episode(rng: random.Random, n_rounds: int, p_rewrite: float) -> list[
     for _ in range(n_rounds):
         if rounds and rng.random() < p_rewrite:  # rewrite: change or drop a token the episode already holds
             k = rng.randrange(len(seq))
-            seq = seq[:k] + ([] if rng.random() < 0.5 else [seq[k] + 1000]) + seq[k + 1:]
+            seq = seq[:k] + ([] if rng.random() < 0.5 else [seq[k] + 1000]) + seq[k + 1 :]
         prompt = seq + [rng.randrange(100) for _ in range(rng.randrange(0, 4))]
         resp = [rng.randrange(100) for _ in range(rng.randrange(0, 5))]
         rounds.append(Round(prompt, resp, [-rng.random() for _ in resp]))

@@ -14,13 +14,17 @@ Statuses, in the order they are checked:
 - `no_score`: the agent posted no score and `score_source=agent` (with `score_source=reward_fn` verl's reward
   function scores the trained transcript instead and a posted score is ignored: one source per run, so every row
   of a batch carries the same reward keys);
-- `ok`.
+- `ok`;
+- `stale` (decided by the trainer, not here): in async mode the episode was sampled by a policy more than
+  `external_agent.max_staleness` updates older than the one it would train (see `staleness`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
+
+import numpy as np
 
 from verl_ext.agent.trajectory import Round, Segment, assemble_segments
 
@@ -28,13 +32,14 @@ ON_REWRITE = ("drop", "last")
 SCORE_SOURCES = ("agent", "reward_fn")
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     NO_ROUNDS = "no_rounds"
     REWRITE = "rewrite"
     NO_SCORE = "no_score"
+    STALE = "stale"
 
 
 DROP_STATUSES = tuple(s.value for s in Status if s is not Status.OK)
@@ -77,3 +82,22 @@ def decide(
         return Outcome(Status.NO_SCORE, None, n, use_agent_score)
     # The last segment is the one that led to the final outcome the score rates.
     return Outcome(Status.OK, segments[-1], n, use_agent_score)
+
+
+def staleness(trained_step: int, min_version) -> np.ndarray:
+    """Policy updates between the oldest weights that sampled an episode and the weights it trains.
+
+    verl stamps every generation with the rollout's weight version `v` (the `global_steps` of the last weight sync:
+    0 before any update, k after step k's). Step k trains the policy of version k - 1, so an episode whose oldest
+    round came from version v is (k - 1) - v updates stale: 0 in sync mode, 1 for an episode generated one step
+    ahead (async). An unknown version (None/NaN: the rollout reported none) counts as 0, i.e. on-policy.
+    """
+    v = np.asarray([np.nan if x is None else x for x in np.atleast_1d(min_version)], dtype=np.float64)
+    return np.where(np.isnan(v), 0, (trained_step - 1) - np.nan_to_num(v)).astype(np.int64)
+
+
+def stale_mask(trained_step: int, min_version, max_staleness: int) -> np.ndarray:
+    """True where an episode is more than `max_staleness` updates stale (dropped as `stale`)."""
+    if max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    return staleness(trained_step, min_version) > max_staleness

@@ -46,8 +46,9 @@ from aiohttp import web
 
 from verl_ext.agent.trajectory import Round
 
-# (request_id, prompt_ids, sampling_params) -> (sampled token ids, their log-probs or None)
-GenerateFn = Callable[[str, list[int], dict[str, Any]], Awaitable[tuple[list[int], list[float] | None]]]
+# (request_id, prompt_ids, sampling_params) -> (sampled token ids, their log-probs or None[, the rollout's weight
+# version (verl's global_steps) or None])
+GenerateFn = Callable[[str, list[int], dict[str, Any]], Awaitable[tuple]]
 
 _ROLES = ("system", "user", "assistant", "tool")
 _MESSAGE_KEYS = ("role", "content", "name", "tool_call_id", "tool_calls")
@@ -205,7 +206,9 @@ class Gateway:
         except RequestError as e:
             if e.status == 400:
                 self.stats.rejected_400 += 1
-            return web.json_response({"error": {"message": e.message, "type": e.code, "code": e.status}}, status=e.status)
+            return web.json_response(
+                {"error": {"message": e.message, "type": e.code, "code": e.status}}, status=e.status
+            )
 
     def _session(self, request: web.Request) -> Session:
         sid = request.match_info.get("sid") or request.headers.get("X-Episode-Id")
@@ -230,7 +233,10 @@ class Gateway:
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "verl-ext"}]}
+            {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "verl-ext"}],
+            }
         )
 
     # ------------------------------------------------------------------ generation
@@ -245,31 +251,52 @@ class Gateway:
         """Back-pressure: at most `max_inflight` generation requests are admitted at once, the rest get 429."""
         if self._pending >= self.max_inflight:
             self.stats.rejected_429 += 1
-            raise RequestError(429, f"too many requests in flight ({self._pending} >= {self.max_inflight}); retry later",
-                               "rate_limit_exceeded")
+            raise RequestError(
+                429,
+                f"too many requests in flight ({self._pending} >= {self.max_inflight}); retry later",
+                "rate_limit_exceeded",
+            )
         self._pending += 1
 
     async def _run_round(self, s: Session, prompt_ids: list[int], response_start: int, max_tokens: int | None):
         """Generate one round on `prompt_ids`; `response_start` = where this segment's first prompt ends."""
         if response_start > self.prompt_length:
-            raise RequestError(400, f"the first prompt has {response_start} tokens; the limit is {self.prompt_length}",
-                               "context_length_exceeded")
+            raise RequestError(
+                400,
+                f"the first prompt has {response_start} tokens; the limit is {self.prompt_length}",
+                "context_length_exceeded",
+            )
         budget = self.response_length - (len(prompt_ids) - response_start)
         if budget < 1:
-            raise RequestError(400, f"the episode's response budget of {self.response_length} tokens is used up",
-                               "context_length_exceeded")
+            raise RequestError(
+                400,
+                f"the episode's response budget of {self.response_length} tokens is used up",
+                "context_length_exceeded",
+            )
         params = dict(s.sampling_params)
         params["max_tokens"] = min(budget, max_tokens) if max_tokens else budget
         t0 = time.perf_counter()
         self.stats.inflight_at_start_sum += self._inflight_gen
         self._inflight_gen += 1
         try:
-            ids, logprobs = await self._generate(f"{s.episode_id}-{len(s.rounds)}", prompt_ids, params)
+            # One request id per episode: verl routes it to the same server every round (prefix cache).
+            out = await self._generate(s.episode_id, prompt_ids, params)
         finally:
             self._inflight_gen -= 1
+        ids, logprobs = out[0], out[1]
+        version = out[2] if len(out) > 2 else None
         self.stats.generate_s += time.perf_counter() - t0
         self.stats.generations += 1
-        s.rounds.append(Round(list(prompt_ids), list(ids), list(logprobs) if logprobs is not None else None))
+        if s.closed:  # the episode ended (agent killed / timed out) while this round was generating: not recorded
+            raise RequestError(409, f"episode {s.episode_id!r} was closed during generation", "episode_closed")
+        s.rounds.append(
+            Round(
+                list(prompt_ids),
+                list(ids),
+                list(logprobs) if logprobs is not None else None,
+                None if version is None else int(version),
+            )
+        )
         s.runtime_ids = list(prompt_ids) + list(ids)
         s.first_prompt_len = response_start
         finish = "stop" if ids and ids[-1] == self._eos else "length"
@@ -305,20 +332,42 @@ class Gateway:
                 s.messages, s.text = messages + [{"role": "assistant", "content": text}], None
         finally:
             self._pending -= 1
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)}
+        usage = {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(ids),
+            "total_tokens": len(prompt_ids) + len(ids),
+        }
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):
-            return await self._sse(request, rid, created, [
-                {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None},
-                {"index": 0, "delta": {}, "finish_reason": finish},
-            ], "chat.completion.chunk", usage)
-        return web.json_response({
-            "id": rid, "object": "chat.completion", "created": created, "model": self.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                         "logprobs": None}],
-            "usage": usage,
-        })
+            return await self._sse(
+                request,
+                rid,
+                created,
+                [
+                    {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None},
+                    {"index": 0, "delta": {}, "finish_reason": finish},
+                ],
+                "chat.completion.chunk",
+                usage,
+            )
+        return web.json_response(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish,
+                        "logprobs": None,
+                    }
+                ],
+                "usage": usage,
+            }
+        )
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
@@ -337,7 +386,7 @@ class Gateway:
                 enc = lambda t: self.tokenizer.encode(t, add_special_tokens=False)
                 loop = asyncio.get_running_loop()
                 if s.text is not None and len(prompt) > len(s.text) and prompt.startswith(s.text):
-                    delta = prompt[len(s.text):]
+                    delta = prompt[len(s.text) :]
                     prompt_ids = s.runtime_ids + await loop.run_in_executor(None, enc, delta)
                     start = s.first_prompt_len
                 else:
@@ -347,14 +396,26 @@ class Gateway:
                 s.text, s.messages = prompt + text, None
         finally:
             self._pending -= 1
-        usage = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)}
+        usage = {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(ids),
+            "total_tokens": len(prompt_ids) + len(ids),
+        }
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.stats.handler_s += time.perf_counter() - t0
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         if body.get("stream"):
             return await self._sse(request, rid, created, [choice], "text_completion", usage)
-        return web.json_response({"id": rid, "object": "text_completion", "created": created, "model": self.model_name,
-                                  "choices": [choice], "usage": usage})
+        return web.json_response(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": self.model_name,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
 
     async def _sse(self, request, rid, created, choices, obj, usage) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -379,7 +440,9 @@ class Gateway:
         if isinstance(acc, bool) or not isinstance(acc, int | float) or not math.isfinite(acc):
             raise RequestError(400, f"acc must be a finite number, got {acc!r}")
         metas = body.get("step_metas")
-        if metas is not None and (not isinstance(metas, list) or not all(m is None or isinstance(m, dict) for m in metas)):
+        if metas is not None and (
+            not isinstance(metas, list) or not all(m is None or isinstance(m, dict) for m in metas)
+        ):
             raise RequestError(400, "step_metas must be a list of objects or nulls (one per assistant turn)")
         s.score = {"score": float(score), "acc": float(acc), "step_metas": metas}
         return web.json_response({"episode_id": s.episode_id, "closed": True})

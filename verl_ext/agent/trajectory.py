@@ -29,6 +29,7 @@ class Round:
     prompt_ids: list[int]
     response_ids: list[int]
     log_probs: list[float] | None = None  # None when the rollout did not return log-probs
+    policy_version: int | None = None  # the rollout's weight version (verl's global_steps) that sampled it
 
     def __post_init__(self):
         if self.log_probs is not None and len(self.log_probs) != len(self.response_ids):
@@ -45,6 +46,8 @@ class Segment:
     log_probs: list[float] | None = field(default_factory=list)
     first_round: int = 0
     n_rounds: int = 0
+
+    min_version: int | None = None  # oldest policy version among its rounds (None: the rollout reported none)
 
     @property
     def tokens(self) -> list[int]:
@@ -65,7 +68,12 @@ def _start(r: Round, index: int) -> Segment:
         log_probs=list(r.log_probs) if r.log_probs is not None else None,
         first_round=index,
         n_rounds=1,
+        min_version=r.policy_version,
     )
+
+
+def _older(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def extends(seq: list[int], prompt_ids: list[int]) -> bool:
@@ -88,6 +96,7 @@ def assemble_segments(rounds: list[Round]) -> list[Segment]:
             else:
                 seg.log_probs = None  # one round without log-probs: the sample has none (verl then recomputes)
             seg.n_rounds += 1
+            seg.min_version = _older(seg.min_version, r.policy_version)
             seq += context + list(r.response_ids)
         else:
             segments.append(_start(r, i))
@@ -106,4 +115,5 @@ def truncate(seg: Segment, max_response_len: int) -> Segment:
         log_probs=seg.log_probs[:max_response_len] if seg.log_probs is not None else None,
         first_round=seg.first_round,
         n_rounds=seg.n_rounds,
+        min_version=seg.min_version,
     )

@@ -1,0 +1,57 @@
+"""The `external_agent` block: parsed once, bad values rejected with the key's name (before Ray starts)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from verl_ext.agent.settings import AgentSettings, check_config
+
+PY = sys.executable
+
+
+def test_defaults_and_command_forms():
+    s = AgentSettings.from_mapping({"command": f"{PY} -m verl_ext.agent.examples.guess_agent"})
+    assert s.command == (PY, "-m", "verl_ext.agent.examples.guess_agent")
+    assert (s.host, s.port, s.timeout_s, s.max_inflight) == ("127.0.0.1", 0, 120.0, 256)
+    assert (s.on_rewrite, s.score_source, s.mode, s.max_staleness) == ("drop", "agent", "sync", 1)
+    assert AgentSettings.from_mapping({"command": [PY, "x.py"], "env": {"A": 1}}).env == {"A": "1"}
+
+
+@pytest.mark.parametrize(
+    "block, match",
+    [
+        (None, "needs an `external_agent` config block"),
+        ({"command": ""}, "must be a command line"),
+        ({"command": "/no/such/agent-binary"}, "not an executable"),
+        ({"command": PY, "port": 70000}, "port"),
+        ({"command": PY, "timeout_s": 0}, "timeout_s must be > 0"),
+        ({"command": PY, "max_inflight": 0}, "max_inflight must be >= 1"),
+        ({"command": PY, "on_rewrite": "keep"}, "on_rewrite must be one of"),
+        ({"command": PY, "score_source": "judge"}, "score_source must be one of"),
+        ({"command": PY, "mode": "later"}, "mode must be one of"),
+        ({"command": PY, "max_staleness": -1}, "max_staleness must be >= 0"),
+        ({"command": PY, "comand": PY}, r"unknown keys \['comand'\]"),
+    ],
+)
+def test_bad_values_name_the_key(block, match):
+    with pytest.raises(ValueError, match=match):
+        AgentSettings.from_mapping(block)
+
+
+def _config(loop: str, mode: str = "async", block=None):
+    cfg = {"actor_rollout_ref": {"rollout": {"mode": mode, "agent": {"default_agent_loop": loop}}}}
+    if block is not None:
+        cfg["external_agent"] = block
+    return OmegaConf.create(cfg)
+
+
+def test_check_config():
+    assert check_config(_config("single_turn_agent")) is None  # not an agent run: nothing to check
+    assert check_config(_config("external_agent", block={"command": PY})).command == (PY,)
+    with pytest.raises(ValueError, match="needs an `external_agent` config block"):
+        check_config(_config("external_agent"))
+    with pytest.raises(ValueError, match="async rollout"):
+        check_config(_config("external_agent", mode="sync", block={"command": PY}))

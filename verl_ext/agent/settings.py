@@ -1,0 +1,102 @@
+"""The `external_agent` config block (documented key by key in docs/AGENT.md), parsed and
+checked in one place so a bad value fails in the driver before Ray starts (`check_config`) and the agent loop, the
+gateway and the trainer read the same validated values."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES
+
+AGENT_LOOP_NAME = "external_agent"
+MODES = ("sync", "async")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    command: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = 0
+    timeout_s: float = 120.0
+    max_inflight: int = 256
+    on_rewrite: str = "drop"
+    score_source: str = "agent"
+    api_key: str = "verl-ext"
+    env: dict[str, str] = field(default_factory=dict)
+    episode_log: str | None = None
+    mode: str = "sync"
+    max_staleness: int = 1
+
+    @classmethod
+    def from_mapping(cls, block: Any) -> AgentSettings:
+        if block is None:
+            raise ValueError(
+                f"the `{AGENT_LOOP_NAME}` agent loop needs an `external_agent` config block "
+                "(at least `+external_agent.command=...`)"
+            )
+        d = dict(block)
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(
+                f"external_agent: unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}"
+            )
+        cmd = d.get("command")
+        if isinstance(cmd, str):
+            cmd = shlex.split(cmd)
+        if not cmd or not all(isinstance(c, str) and c for c in cmd):
+            raise ValueError(f"external_agent.command must be a command line (string or list), got {cmd!r}")
+        if shutil.which(cmd[0]) is None and not os.path.isfile(cmd[0]):
+            raise ValueError(f"external_agent.command: {cmd[0]!r} is not an executable on PATH or a file")
+        s = cls(
+            command=tuple(cmd),
+            host=str(d.get("host", cls.host)),
+            port=int(d.get("port", cls.port)),
+            timeout_s=float(d.get("timeout_s", cls.timeout_s)),
+            max_inflight=int(d.get("max_inflight", cls.max_inflight)),
+            on_rewrite=str(d.get("on_rewrite", cls.on_rewrite)),
+            score_source=str(d.get("score_source", cls.score_source)),
+            api_key=str(d.get("api_key", cls.api_key)),
+            env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
+            episode_log=d.get("episode_log"),
+            mode=str(d.get("mode", cls.mode)),
+            max_staleness=int(d.get("max_staleness", cls.max_staleness)),
+        )
+        if not 0 <= s.port < 65536:
+            raise ValueError(f"external_agent.port must be 0 (any free port) or a port number, got {s.port}")
+        if s.timeout_s <= 0:
+            raise ValueError(f"external_agent.timeout_s must be > 0, got {s.timeout_s}")
+        if s.max_inflight < 1:
+            raise ValueError(f"external_agent.max_inflight must be >= 1, got {s.max_inflight}")
+        if s.on_rewrite not in ON_REWRITE:
+            raise ValueError(f"external_agent.on_rewrite must be one of {ON_REWRITE}, got {s.on_rewrite!r}")
+        if s.score_source not in SCORE_SOURCES:
+            raise ValueError(f"external_agent.score_source must be one of {SCORE_SOURCES}, got {s.score_source!r}")
+        if s.mode not in MODES:
+            raise ValueError(f"external_agent.mode must be one of {MODES}, got {s.mode!r}")
+        if s.max_staleness < 0:
+            raise ValueError(f"external_agent.max_staleness must be >= 0, got {s.max_staleness}")
+        if s.mode == "async" and s.max_staleness < 1:
+            raise ValueError(
+                "external_agent.mode=async generates the next step's episodes while the current step "
+                "trains, so they are 1 update stale: max_staleness must be >= 1"
+            )
+        return s
+
+
+def uses_external_agent(config) -> bool:
+    return config.actor_rollout_ref.rollout.agent.get("default_agent_loop") == AGENT_LOOP_NAME
+
+
+def check_config(config) -> AgentSettings | None:
+    """Driver-side check (before Ray): the block parses, and verl's settings the episodes rely on are set."""
+    if not uses_external_agent(config):
+        return None
+    s = AgentSettings.from_mapping(config.get("external_agent"))
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.get("mode", "async") != "async":
+        raise ValueError("external_agent needs verl's async rollout (actor_rollout_ref.rollout.mode=async)")
+    return s
