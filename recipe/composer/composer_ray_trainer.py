@@ -78,10 +78,6 @@ from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 
 from recipe.composer.config_check import composer_settings
 
-# Columns the actor update reads; the replay rows carry exactly these (plus the optional ones the batch has).
-_UPDATE_KEYS = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask",
-                "old_log_probs", "advantages")
-
 
 def answer_key(text: str) -> str:
     """Comparison key of an action: the last \\boxed{} content if any, else the whole text (normalised)."""
@@ -141,6 +137,8 @@ def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
 
 
 class RayComposerTrainer(ExtRayPPOTrainer):
+    fidelity_recipe = "composer"
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = composer_settings(self.config)
@@ -423,5 +421,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             block["ref_log_prob"] = ref[row_index]
         if "rollout_log_probs" in batch.batch.keys():
             block["rollout_log_probs"] = policy[row_index]  # not sampled by the rollout: importance weight 1
+        if "rollout_is_weights" in batch.batch.keys():  # decoupled rollout correction: weight 1, as above
+            block["rollout_is_weights"] = torch.ones_like(block["old_log_probs"])
         block.update(cols)
         return DataProto.from_dict(tensors=block)

@@ -7,21 +7,27 @@ Everything else of the recipe is under `composer` (see config/composer.yaml for 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
+from verl_ext.config.errors import ConfigError
 from verl_ext.metrics_log.plot import check_plot_settings
+from verl_ext.trainer.fidelity import check_fidelity
 
+COMPOSER_YAML = Path(__file__).parent / "config" / "composer.yaml"
+# The recipe's defaults live in composer.yaml only (each documented there); keys a config leaves out take them.
+_YAML = OmegaConf.load(COMPOSER_YAML)
+_DEFAULT_SDPO = OmegaConf.to_container(_YAML.composer.sdpo)
+_DEFAULT_REPLAY = {k: v for k, v in OmegaConf.to_container(_YAML.composer.replay).items()
+                   if k not in ("pairs_path", "teacher_pool")}  # these two point at the run's directory
 HINT_MODES = ("turn", "append")
 SDPO_FORMS = ("full_logit", "sampled_token")
 _TOP_KEYS = {"beta_replay", "sdpo", "replay"}
 _SDPO_KEYS = {"hint_mode", "sibling_solution", "form", "teacher_topk", "jsd_beta", "token_clip"}
 _REPLAY_KEYS = {"beta_dpo", "max_pairs_per_step", "rule", "min_agree", "pairs_path", "teacher_pool"}
-
-
-class ConfigError(ValueError):
-    pass
+__all__ = ["ConfigError", "ComposerSettings", "composer_settings"]
 
 
 @dataclass(frozen=True)
@@ -71,33 +77,35 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     sdpo, replay = comp.get("sdpo") or {}, comp.get("replay") or {}
     _check_keys(sdpo, _SDPO_KEYS, "composer.sdpo")
     _check_keys(replay, _REPLAY_KEYS, "composer.replay")
+    sdpo, replay = {**_DEFAULT_SDPO, **sdpo}, {**_DEFAULT_REPLAY, **replay}
+    # A channel weight left out is off (0), not composer.yaml's value: a config that names no channel is plain GRPO.
     alpha = float(algo.get("alpha_sdpo", 0.0) or 0.0)
     beta = float(comp.get("beta_replay", 0.0) or 0.0)
     if alpha < 0 or beta < 0:
         raise ConfigError(f"algorithm.alpha_sdpo and composer.beta_replay must be >= 0, got {alpha}, {beta}")
-    hint_mode = sdpo.get("hint_mode", "turn")
+    hint_mode = sdpo["hint_mode"]
     if hint_mode not in HINT_MODES:
         raise ConfigError(f"composer.sdpo.hint_mode must be one of {HINT_MODES}, got {hint_mode!r}")
-    form = sdpo.get("form", "full_logit")
+    form = sdpo["form"]
     if form not in SDPO_FORMS:
         raise ConfigError(f"composer.sdpo.form must be one of {SDPO_FORMS}, got {form!r}")
-    topk = sdpo.get("teacher_topk", 64)
+    topk = sdpo["teacher_topk"]
     topk = 0 if topk is None else int(topk)
     if topk < 0:
         raise ConfigError(f"composer.sdpo.teacher_topk must be >= 1 or null (the whole vocabulary), got {topk}")
-    jsd_beta = float(sdpo.get("jsd_beta", 0.5))
+    jsd_beta = float(sdpo["jsd_beta"])
     if not 0.0 <= jsd_beta <= 1.0:
         raise ConfigError(f"composer.sdpo.jsd_beta must be in [0, 1], got {jsd_beta}")
-    token_clip = sdpo.get("token_clip", 10.0)
+    token_clip = sdpo["token_clip"]
     token_clip = None if token_clip is None else float(token_clip)
     if token_clip is not None and not token_clip > 0:
         raise ConfigError(f"composer.sdpo.token_clip must be > 0 or null, got {token_clip}")
     if alpha > 0 and form == "full_logit":
         _check_full_logit_engine(cfg)
-    beta_dpo = float(replay.get("beta_dpo", 0.1))
+    beta_dpo = float(replay["beta_dpo"])
     if not beta_dpo > 0:
         raise ConfigError(f"composer.replay.beta_dpo must be > 0, got {beta_dpo}")
-    max_pairs = int(replay.get("max_pairs_per_step", 8))
+    max_pairs = int(replay["max_pairs_per_step"])
     rows_per_minibatch = int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
     if beta > 0 and rows_per_minibatch % 2:
         raise ConfigError(f"composer.beta_replay > 0 needs an even ppo_mini_batch_size x n (chosen + rejected rows), "
@@ -126,11 +134,14 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         from verl_ext.composer.disagreement import DisagreementConfig
 
         try:
-            DisagreementConfig(rule=replay.get("rule", "majority"), min_agree=int(replay.get("min_agree", 2)))
+            DisagreementConfig(rule=replay["rule"], min_agree=int(replay["min_agree"]))
         except ValueError as e:
             raise ConfigError(f"composer.replay: {e}") from e
+    if beta > 0:
+        _check_replay_update_order(cfg)
     if cfg.trainer.get("use_v1", False):
         raise ConfigError("the composer recipe runs on verl's legacy trainer: set trainer.use_v1=false")
+    check_fidelity(cfg, "composer")
     try:
         check_plot_settings(cfg.trainer.get("plot_keys"), cfg.trainer.get("jsonl_metrics_path"))
     except (ValueError, ImportError) as e:
@@ -139,15 +150,15 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         alpha_sdpo=alpha,
         beta_replay=beta,
         hint_mode=hint_mode,
-        sibling_solution=bool(sdpo.get("sibling_solution", False)),
+        sibling_solution=bool(sdpo["sibling_solution"]),
         sdpo_form=form,
         teacher_topk=topk,
         jsd_beta=jsd_beta,
         token_clip=token_clip,
         beta_dpo=beta_dpo,
         max_pairs_per_step=max_pairs,
-        rule=str(replay.get("rule", "majority")),
-        min_agree=int(replay.get("min_agree", 2)),
+        rule=str(replay["rule"]),
+        min_agree=int(replay["min_agree"]),
         pairs_path=replay.get("pairs_path"),
         pool=pool,
     )
@@ -167,3 +178,18 @@ def _check_full_logit_engine(cfg: DictConfig) -> None:
     if sp != 1:
         raise ConfigError("composer.sdpo.form=full_logit does not support Ulysses sequence parallelism: set "
                           "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1 or use form=sampled_token")
+
+
+def _check_replay_update_order(cfg: DictConfig) -> None:
+    """The replay rows' DPO gradient is exact only if they are the first mini-batch each rank trains on, while the
+    policy is still the one that scored them (verl_ext/composer/replay.py), and `loss/grpo` leaves that first
+    mini-batch out of verl's per-mini-batch pg_loss. verl walks each rank's chunk in order only with
+    `actor.shuffle=false`, and a second PPO epoch would train on the replay rows again with a moved policy."""
+    actor = cfg.actor_rollout_ref.actor
+    if actor.get("shuffle", False):
+        raise ConfigError("composer.beta_replay > 0 needs actor_rollout_ref.actor.shuffle=false: the replay rows must "
+                          "be the first mini-batch of the update on every rank (exact DPO gradient, loss/grpo)")
+    if int(actor.get("ppo_epochs", 1)) != 1:
+        raise ConfigError(f"composer.beta_replay > 0 needs actor_rollout_ref.actor.ppo_epochs=1, got "
+                          f"{actor.get('ppo_epochs')}: the DPO term is exact only where the pairs were scored, before "
+                          "the first optimizer step")

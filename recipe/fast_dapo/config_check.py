@@ -8,13 +8,12 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl_ext.config.errors import ConfigError
 from verl_ext.metrics_log.plot import check_plot_settings
+from verl_ext.trainer.fidelity import check_fidelity
 
 MODES = ("fast", "dapo")
-
-
-class ConfigError(ValueError):
-    pass
+__all__ = ["ConfigError", "CurriculumSettings", "curriculum_settings", "prepare_config"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
             cfg.curriculum.n_continue = rollout.pop("n_continue")
     s = curriculum_settings(cfg)
     cur = cfg.curriculum
-    unknown = set(cur.keys()) - {"enable", "mode", "n_continue", "filter_metric", "max_num_gen_batches"}
+    unknown = set(cur.keys()) - {"enable", "mode", "n_continue", "filter_metric", "max_num_gen_batches", "max_screen_staleness"}
     if unknown:
         raise ConfigError(f"unknown curriculum keys {sorted(unknown)}; see recipe/fast_dapo/config/fast_dapo.yaml")
     if not isinstance(cur.get("enable", True), bool):
@@ -73,6 +72,9 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
         raise ConfigError("curriculum.mode=dapo drops uniform groups: N = n + n_continue must be >= 2")
     if s.gen_batch_size < 1 or s.train_batch_size < 1:
         raise ConfigError(f"data.gen_batch_size and data.train_batch_size must be >= 1, got {s.gen_batch_size}, {s.train_batch_size}")
+    k = cur.get("max_screen_staleness", None)
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ConfigError(f"curriculum.max_screen_staleness must be null (never re-screen) or an int >= 0, got {k!r}")
     if s.max_num_gen_batches < 0:
         raise ConfigError("curriculum.max_num_gen_batches must be >= 0 (0 = no limit)")
     if not s.filter_metric:
@@ -90,6 +92,7 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
     from verl_ext.advantage.config import validate_algorithm_config
 
     validate_algorithm_config(cfg.algorithm)
+    check_fidelity(cfg, "fast_dapo")
     return s
 
 

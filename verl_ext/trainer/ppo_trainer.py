@@ -12,6 +12,11 @@ shares. On top of verl it adds:
 - a streaming JSONL metrics log (`trainer.jsonl_metrics_path`), cut back to the checkpoint's step on resume, and,
   with `trainer.plot_keys`, a PNG of those metrics' curves next to it when the run ends;
 - cumulative training time that survives resume.
+
+Every other feature of verl's `fit` is either carried over here by calling verl's own function for it (rollout
+correction in decoupled and bypass mode, val_only, rollout dumps, the profiler, ESI saves, images_seqlens, the
+variance-proxy / spec-decode / GDPO metrics, `on_batch_end`) or rejected before Ray starts: the table and the checks
+are in `verl_ext/trainer/fidelity.py`.
 """
 
 from __future__ import annotations
@@ -31,27 +36,70 @@ from tqdm import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import agg_loss
-from verl.trainer.ppo.metric_utils import compute_data_metrics, compute_throughout_metrics, compute_timing_metrics
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer, apply_kl_penalty, compute_advantage, compute_response_mask
+from verl.trainer.ppo.metric_utils import (
+    compute_data_metrics,
+    compute_throughout_metrics,
+    compute_timing_metrics,
+    compute_variance_proxy_metrics,
+)
+from verl.trainer.ppo.ray_trainer import (
+    RayPPOTrainer,
+    apply_kl_penalty,
+    compute_advantage,
+    compute_response_mask,
+    compute_spec_decode_metrics,
+)
 from verl.trainer.ppo.reward import extract_reward
-from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode, compute_rollout_correction_and_add_to_batch
 from verl.utils import tensordict_utils as tu
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
 from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
+from verl_ext.trainer.fidelity import check_fidelity
+from verl_ext.trainer.profiling import ProfileSchedule
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
 
 
+def images_seqlens(batch: DataProto) -> list[int]:
+    """Image token counts of a multimodal batch, as verl's fit collects them for the actor's sequence packing (empty
+    for text-only rows and for a batch without `multi_modal_inputs`)."""
+    out: list[int] = []
+    for inputs in batch.non_tensor_batch.get("multi_modal_inputs", ()):
+        if "image_grid_thw" in inputs:
+            out.extend(inputs["images_seqlens"].tolist())
+    return out
+
+
+def gdpo_metrics(batch: DataProto, algo) -> dict:
+    """verl's per-component reward statistics for the GDPO estimator (`algorithm.gdpo_reward_keys`)."""
+    keys = algo.get("gdpo_reward_keys", None)
+    if not keys or algo.adv_estimator != "gdpo":
+        return {}
+    out = {}
+    for key in keys:
+        if key in batch.non_tensor_batch:
+            vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float32)
+            out.update({f"gdpo/{key}/{name}": float(fn(vals)) for name, fn in
+                        (("mean", np.mean), ("std", np.std), ("max", np.max), ("min", np.min))})
+    return out
+
+
 class ExtRayPPOTrainer(RayPPOTrainer):
+    # which recipe's combinations verl_ext/trainer/fidelity.py checks (the recipes' config checks run it in the driver)
+    fidelity_recipe = "ppo"
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        check_fidelity(self.config, self.fidelity_recipe)
         # None when adv_estimator is one of verl's own (gae, grpo, rloo, ...): the step then calls verl's path.
         self.adv_config: AdvantageConfig | None = validate_algorithm_config(self.config.algorithm)
-        self.sepa = SepaController.from_config(self.adv_config.sepa) if self.adv_config and self.adv_config.uses_sepa else None
+        uses_sepa = self.adv_config is not None and self.adv_config.uses_sepa
+        self.sepa = SepaController.from_config(self.adv_config.sepa) if uses_sepa else None
         self.planning_detector = (
             PlanningDetector(self.tokenizer, self.adv_config.strategic_grams)
             if self.adv_config and self.adv_config.needs_planning
@@ -62,6 +110,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self.generate_calls = 0  # rollout calls since the run began (logged as rollout/generate_calls)
         self.metrics_log: JsonlMetricsWriter | None = None
         self.plot_keys = list(self.config.trainer.get("plot_keys") or [])
+        self.profile = ProfileSchedule.from_config(self.config.get("global_profiler"))
+        self._profiling_step = False  # the current step is profiled: generate() profiles the rollout servers too
+        self.max_steps_duration = 0.0  # longest step so far, for the ESI expiry check
+        self.resume_epoch = 0
         # checked here, before the workers start, not when the run ends
         check_plot_settings(self.plot_keys, self.config.trainer.get("jsonl_metrics_path"))
 
@@ -88,6 +140,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
+        self.resume_epoch = self.global_steps // len(self.train_dataloader)  # as verl: the dataloader epoch to resume
         if self.global_steps == 0:
             return
         folder = self._resumed_step_folder()
@@ -112,7 +165,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         requests until the next weight sync wakes it, which would never come.
         """
         with marked_timer("gen", timing_raw, color="red"):
+            if self._profiling_step:
+                self.llm_server_manager.start_profile()
             out = self.async_rollout_manager.generate_sequences(gen_batch)
+            if self._profiling_step:
+                self.llm_server_manager.stop_profile()
         self.generate_calls += 1
         timing_raw.update(out.meta_info.pop("timing", {}))
         return out
@@ -125,7 +182,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
     def training_batches(self):
         """Yield (batch, metrics, timing_raw) per training step: here one dataloader batch, N responses per prompt."""
         n = self.config.actor_rollout_ref.rollout.n
-        for epoch in range(self.config.trainer.total_epochs):
+        for epoch in range(self.resume_epoch, self.config.trainer.total_epochs):
             for batch_dict in self.train_dataloader:
                 metrics, timing_raw = {"training/epoch": epoch}, {}
                 batch = DataProto.from_single_dict(batch_dict)
@@ -138,6 +195,12 @@ class ExtRayPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ one training step on a generated batch
     def _old_log_probs(self, batch: DataProto, metrics: dict) -> DataProto:
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        if rollout_corr and rollout_corr.get("bypass_mode", False):
+            # Bypass mode (2 policies): the rollout's log-probs are the old ones; no actor forward pass.
+            apply_bypass_mode(batch=batch, rollout_corr_config=rollout_corr,
+                              policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss)
+            return batch
         old, mfu = self._compute_old_log_prob(batch)
         entropys = old.batch["entropys"]
         actor_cfg = self.config.actor_rollout_ref.actor
@@ -150,6 +213,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         metrics["perf/mfu/actor_infer"] = mfu
         if not (self.adv_config and self.adv_config.needs_entropys):
             old.batch.pop("entropys")  # as verl does: 4 bytes per token the update does not need
+        if "routed_experts" in batch.batch.keys() and "routed_experts" in old.batch.keys():
+            raise ValueError("router_replay.mode='R2' and enable_rollout_routing_replay=True cannot be enabled "
+                             "together (the latter is for R3 mode only)")
         batch = batch.union(old)
         if "rollout_log_probs" in batch.batch.keys():
             from verl.utils.debug.metrics import calculate_debug_metrics
@@ -204,7 +270,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if cfg.trainer.balance_batch:
             self._balance_batch(batch, metrics=metrics)  # reorders rows: everything below groups by uid
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
-        batch.meta_info["images_seqlens"] = []
+        batch.meta_info["images_seqlens"] = images_seqlens(batch)
         with marked_timer("reward", timing_raw, color="yellow"):
             reward_tensor, reward_extra = extract_reward(batch)
         with marked_timer("old_log_prob", timing_raw, color="blue"):
@@ -223,15 +289,33 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            batch = self._rollout_correction(batch, metrics)
             batch = self._advantages(batch, metrics)
         if self.use_critic:
             with marked_timer("update_critic", timing_raw, color="pink"):
                 metrics.update(reduce_metrics(self._update_critic(batch).meta_info["metrics"]))
-        if cfg.trainer.critic_warmup > self.global_steps:
-            return batch  # the actor is unchanged; sync_weights still wakes the replicas
-        with marked_timer("update_actor", timing_raw, color="red"):
-            actor_output = self._update_actor(batch)
-        metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        # During critic warmup the actor is unchanged (sync_weights still wakes the replicas).
+        if cfg.trainer.critic_warmup <= self.global_steps:
+            with marked_timer("update_actor", timing_raw, color="red"):
+                actor_output = self._update_actor(batch)
+            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+        rollout_data_dir = cfg.trainer.get("rollout_data_dir", None)
+        if rollout_data_dir:
+            self._log_rollout_data(batch, reward_extra, timing_raw, rollout_data_dir)
+        return batch
+
+    def _rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Decoupled rollout correction (3 policies), as verl's fit: IS weights and rejection sampling (which narrows
+        response_mask) from old vs rollout log-probs, and the `rollout_corr/*` metrics. Skipped in bypass mode (the
+        actor loss handles it) and when the rollout returned no log-probs (the config check rejects that case when
+        a correction is configured)."""
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        if rollout_corr is None or rollout_corr.get("bypass_mode", False):
+            return batch
+        if "rollout_log_probs" not in batch.batch.keys():
+            return batch
+        batch, is_metrics = compute_rollout_correction_and_add_to_batch(batch, rollout_corr)
+        metrics.update(is_metrics)
         return batch
 
     @property
@@ -300,6 +384,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         from omegaconf import OmegaConf
         from verl.utils.tracking import Tracking
 
+        # Rollout dumps are written by verl's executor, shut down at the end of a run: a second fit() needs a new one.
+        if self._dump_executor._shutdown:
+            self._init_dump_executor()
         tracker = Tracking(
             project_name=self.config.trainer.project_name,
             experiment_name=self.config.trainer.experiment_name,
@@ -313,35 +400,54 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         jsonl_path = self.config.trainer.get("jsonl_metrics_path")
         if jsonl_path:
             self.metrics_log = JsonlMetricsWriter(jsonl_path, resume_from_step=self.global_steps)
-        if self.config.trainer.get("val_before_train", True) and self.global_steps == 0:
+        val_only = bool(self.config.trainer.get("val_only", False))
+        # Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint too)
+        # and stops, whatever val_before_train says.
+        if (self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only:
             val_metrics = self._validate()
             pprint(f"Initial validation metrics: {val_metrics}")
-            tracker.log(data=val_metrics, step=0)
+            tracker.log(data=val_metrics, step=self.global_steps)
             if self.metrics_log is not None:
-                self.metrics_log.log(0, val_metrics)  # so the curves start where training starts
+                self.metrics_log.log(self.global_steps, val_metrics)  # so the curves start where training starts
+        if val_only:
+            self._close_run(plot=False)
+            return
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
         # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
         time_base, fit_start = self.train_time_s, time.monotonic()
         self.global_steps += 1
+        first_step = self.global_steps
         try:
             if self.global_steps > self.total_training_steps:
                 return
-            for batch, metrics, timing_raw in self.training_batches():
+            batches = self.training_batches()
+            while True:
                 is_last = self.global_steps >= self.total_training_steps
+                self._finalize_async_calls(blocking=False)
+                # The profile window opens before the step's data is generated: a curriculum's generation calls
+                # for this step happen inside training_batches().
+                self._profiling_step = self.profile.profiled(self.global_steps)
+                self._start_profiling(self.profile.start(self.global_steps, self.global_steps == first_step))
+                try:
+                    batch, metrics, timing_raw = next(batches)
+                except StopIteration:
+                    self._stop_profiling(self.profile.profiled(self.global_steps), run_command=True)
+                    return
                 with marked_timer("step", timing_raw):
                     batch = self.train_on_batch(batch, metrics, timing_raw)
-                    save_freq = self.config.trainer.save_freq
-                    if save_freq > 0 and (is_last or self.global_steps % save_freq == 0):
-                        with marked_timer("save_checkpoint", timing_raw, color="green"):
-                            self.train_time_s = time_base + time.monotonic() - fit_start
-                            self._save_checkpoint()
+                    self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start)
                     self.sync_weights(timing_raw)
                 test_freq = self.config.trainer.test_freq
                 if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
                     with marked_timer("testing", timing_raw, color="green"):
                         metrics.update(self._validate())
+                with marked_timer("stop_profile", timing_raw):
+                    self._stop_profiling(self.profile.stop(self.global_steps, is_last),
+                                         run_command=self.profile.run_finish_command(self.global_steps, is_last))
+                self._profiling_step = False
+                self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 self.train_time_s = time_base + time.monotonic() - fit_start
-                metrics.update(self._step_metrics(batch, timing_raw))
+                metrics.update(self._step_metrics(batch, timing_raw, metrics))
                 tracker.log(data=metrics, step=self.global_steps)
                 if self.metrics_log is not None:
                     self.metrics_log.log(self.global_steps, metrics)
@@ -349,13 +455,39 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 if is_last:
                     return
                 self.global_steps += 1
+                if hasattr(self.train_dataset, "on_batch_end"):  # verl's experimental hook: the dataset may change
+                    self.train_dataset.on_batch_end(batch=batch)
         finally:
             progress.close()
-            if self.metrics_log is not None:
-                self.metrics_log.close()
-            self._shutdown_dump_executor()
-            if self.plot_keys and sys.exc_info()[0] is None:
-                self.plot_metrics()
+            self._close_run(plot=self.plot_keys and sys.exc_info()[0] is None)
+
+    def _maybe_save_checkpoint(self, is_last: bool, timing_raw: dict, time_base: float, fit_start: float) -> None:
+        """Save on the last step, every `save_freq` steps, and (verl's ESI check) when the capacity block this job
+        runs on is about to expire."""
+        save_freq = self.config.trainer.save_freq
+        if save_freq <= 0:
+            return
+        esi = should_save_ckpt_esi(max_steps_duration=self.max_steps_duration,
+                                   redundant_time=self.config.trainer.get("esi_redundant_time", 0))
+        if is_last or self.global_steps % save_freq == 0 or esi:
+            if esi:
+                print("[verl_ext] force saving a checkpoint: the instance's capacity block expires soon")
+            with marked_timer("save_checkpoint", timing_raw, color="green"):
+                self.train_time_s = time_base + time.monotonic() - fit_start
+                self._save_checkpoint()
+
+    def _finalize_async_calls(self, blocking: bool) -> None:
+        """verl's asynchronous checkpoint saves finish here (worker groups that have them)."""
+        if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+            self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=blocking)
+
+    def _close_run(self, plot: bool) -> None:
+        self._finalize_async_calls(blocking=True)
+        if self.metrics_log is not None:
+            self.metrics_log.close()
+        self._shutdown_dump_executor()
+        if plot:
+            self.plot_metrics()
 
     def plot_metrics(self) -> Path:
         """`trainer.plot_keys` of this run's JSONL log, as `<log stem>.png` next to it."""
@@ -366,7 +498,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         print(f"[verl_ext] metric curves: {out}")
         return out
 
-    def _step_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
+    def _step_metrics(self, batch: DataProto, timing_raw: dict, metrics: dict) -> dict:
         m = {
             "training/global_step": self.global_steps,
             "time/wall": time.time(),
@@ -375,6 +507,12 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         }
         m.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
         m.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-        m.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=self.resource_pool_manager.get_n_gpus()))
+        n_gpus = self.resource_pool_manager.get_n_gpus()
+        m.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
+        m.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm", None)))
+        nt = batch.non_tensor_batch
+        m.update(compute_spec_decode_metrics(nt.get("spec_num_draft_tokens"), nt.get("spec_num_accepted_tokens"),
+                                             nt.get("spec_num_verify_steps")))
+        m.update(gdpo_metrics(batch, self.config.algorithm))
         m.update(self.step_metrics())
         return m

@@ -1,0 +1,260 @@
+"""Every verl feature the trainer base cannot run is rejected in the driver, naming its key; the ones it runs are
+checked in the cheapest real way (the pure pieces here, the rest in test_e2e_parity.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from verl import DataProto
+
+from recipe.composer.config_check import composer_settings
+from recipe.fast_dapo.config_check import prepare_config
+from verl_ext.config.compose import compose_config
+from verl_ext.config.errors import ConfigError
+from verl_ext.trainer.fidelity import FEATURES, PARTIAL, REJECTED, check_fidelity, feature_table_markdown
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, gdpo_metrics, images_seqlens
+from verl_ext.trainer.profiling import ProfileSchedule
+
+
+def _ppo(*overrides):
+    return compose_config("ppo_trainer", ["algorithm.adv_estimator=grpo", *overrides], backend="cpu")
+
+
+def _fast_dapo(*overrides):
+    from verl_ext.toy.resolvers import register_resolvers
+
+    register_resolvers()
+    return compose_config("fast_dapo", ["+preset=cpu_demo", *overrides], config_module="recipe.fast_dapo.config")
+
+
+LOG_PROBS = "actor_rollout_ref.rollout.calculate_log_probs=true"
+
+REJECTIONS = [
+    (["algorithm.adv_estimator=remax"], "ppo", "algorithm.adv_estimator=remax"),
+    (["reward.reward_model.enable=true"], "ppo", "reward.reward_model.enable"),
+    (
+        ["reward.reward_model.enable=true", "reward.reward_model.enable_resource_pool=false"],
+        "fast_dapo",
+        "colocated reward model",
+    ),
+    (["skip.rollout.enable=true"], "fast_dapo", "skip.rollout.enable"),
+    (["skip.async_rollout.enable=true"], "ppo", "skip.async_rollout.enable"),
+    (["algorithm.filter_groups.enable=true"], "ppo", "algorithm.filter_groups"),
+    (["algorithm.use_pf_ppo=true", "algorithm.adv_estimator=gtpo"], "ppo", "algorithm.use_pf_ppo"),
+    (["algorithm.use_pf_ppo=true"], "composer", "algorithm.use_pf_ppo"),
+    (["distillation.enabled=true"], "composer", "distillation"),
+    (
+        ["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"],
+        "ppo",
+        "calculate_log_probs=true",
+    ),
+    (
+        ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=false"],
+        "ppo",
+        "calculate_log_probs=true",
+    ),
+    (
+        [
+            "algorithm.rollout_correction.bypass_mode=true",
+            LOG_PROBS,
+            "algorithm.adv_estimator=gtpo",
+            "+algorithm.uncertainty_kind=shannon_entropy",
+        ],
+        "ppo",
+        "entropies",
+    ),
+    (
+        [
+            "algorithm.rollout_correction.bypass_mode=true",
+            LOG_PROBS,
+            "algorithm.adv_estimator=grpo_composer",
+            "+algorithm.alpha_sdpo=0.1",
+        ],
+        "composer",
+        "Composer's own actor loss",
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides, recipe, key", REJECTIONS)
+def test_each_rejection_names_its_key(overrides, recipe, key):
+    with pytest.raises(ConfigError, match=key):
+        check_fidelity(_ppo(*overrides), recipe)
+
+
+@pytest.mark.parametrize(
+    "overrides, recipe",
+    [
+        ([], "ppo"),
+        ([], "fast_dapo"),
+        (["algorithm.use_pf_ppo=true"], "ppo"),  # verl's estimator: verl's compute_advantage applies it
+        (["distillation.enabled=true"], "ppo"),  # the inherited actor update handles it
+        (["reward.reward_model.enable=true", "reward.reward_model.enable_resource_pool=true"], "ppo"),  # standalone
+        (
+            [
+                "algorithm.rollout_correction.rollout_is=token",
+                "algorithm.rollout_correction.rollout_rs=token_k1",
+                "algorithm.rollout_correction.bypass_mode=true",
+                LOG_PROBS,
+            ],
+            "ppo",
+        ),
+        (["algorithm.rollout_correction.bypass_mode=true", LOG_PROBS, "algorithm.adv_estimator=gtpo"], "ppo"),
+        (
+            [
+                "algorithm.rollout_correction.bypass_mode=true",
+                LOG_PROBS,
+                "algorithm.adv_estimator=grpo_composer",
+                "+algorithm.alpha_sdpo=0.1",
+                "+composer.sdpo.form=sampled_token",
+            ],
+            "composer",
+        ),  # verl's loss stays
+        (
+            [
+                "trainer.val_only=true",
+                "trainer.rollout_data_dir=/tmp/x",
+                "global_profiler.steps=[1,2]",
+                "trainer.esi_redundant_time=30",
+            ],
+            "ppo",
+        ),
+    ],
+)
+def test_supported_settings_pass(overrides, recipe):
+    check_fidelity(_ppo(*overrides), recipe)
+
+
+def test_both_recipe_checks_reject_before_ray():
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator=remax"):
+        prepare_config(_fast_dapo("algorithm.adv_estimator=remax"))
+    with pytest.raises(ConfigError, match="reward.reward_model.enable"):
+        composer_settings(
+            compose_config(
+                "composer",
+                ["+arm=baseline", "reward.reward_model.enable=true"],
+                config_module="recipe.composer.config",
+                backend="cpu",
+            )
+        )
+
+
+def test_the_error_lists_every_problem_at_once():
+    cfg = _ppo("algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true")
+    with pytest.raises(ConfigError) as e:
+        check_fidelity(cfg, "ppo")
+    assert "remax" in str(e.value) and "filter_groups" in str(e.value)
+
+
+def test_table_lists_every_feature_and_every_rejecting_row_has_a_check():
+    table = feature_table_markdown()
+    assert len(table.splitlines()) == len(FEATURES) + 2
+    for f in FEATURES:
+        assert f"`{f.key}`" in table
+        assert (f.check is not None) == (f.status in (REJECTED, PARTIAL)), f.key
+
+
+def test_unknown_recipe_is_an_error():
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        check_fidelity(_ppo(), "dpo")
+
+
+# ---------------------------------------------------------------- the profiler schedule, against verl's loop
+def _verl_schedule(steps, continuous, first, last):
+    """verl 0.9.1 fit's profiling decisions, transcribed loop-for-loop: {step: (start, stop, run_command)}."""
+    out = {}
+    prev, curr = False, first in steps
+    for step in range(first, last + 1):
+        start = (not prev and curr) if continuous else curr
+        nxt = step + 1 in steps
+        stop = (curr and not nxt) if continuous else curr
+        run = bool(curr and steps and (step == max(steps) or step == last))
+        out[step] = (start, stop, run)
+        prev, curr = curr, nxt
+    return out
+
+
+@pytest.mark.parametrize("steps", [[], [1], [2, 3], [1, 2, 4, 5, 6], [3, 5], [2, 3, 9]])
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("first", [1, 3])
+def test_profile_schedule_matches_verls_loop(steps, continuous, first):
+    last = 8
+    sched = ProfileSchedule.from_config({"steps": steps, "profile_continuous_steps": continuous})
+    ours = {
+        s: (sched.start(s, s == first), sched.stop(s, s == last), sched.run_finish_command(s, s == last))
+        for s in range(first, last + 1)
+    }
+    assert ours == _verl_schedule(steps, continuous, first, last)
+
+
+def test_profile_window_closes_on_the_last_step_even_if_the_next_is_listed():
+    sched = ProfileSchedule(frozenset({4, 5}), continuous=True)
+    assert sched.stop(4, is_last=True) and not sched.stop(4, is_last=False)
+
+
+# ---------------------------------------------------------------- images_seqlens, GDPO metrics
+def test_images_seqlens_collects_image_rows_only():
+    mm = np.array(
+        [
+            {"image_grid_thw": 1, "images_seqlens": torch.tensor([4, 9])},
+            {},
+            {"image_grid_thw": 1, "images_seqlens": torch.tensor([16])},
+        ],
+        dtype=object,
+    )
+    batch = DataProto.from_dict(tensors={"x": torch.zeros(3, 1)}, non_tensors={"multi_modal_inputs": mm})
+    assert images_seqlens(batch) == [4, 9, 16]
+    assert images_seqlens(DataProto.from_dict(tensors={"x": torch.zeros(2, 1)})) == []
+
+
+def test_gdpo_metrics_only_for_gdpo():
+    from omegaconf import OmegaConf
+
+    batch = DataProto.from_dict(
+        tensors={"x": torch.zeros(4, 1)},
+        non_tensors={"fmt": np.array([1.0, 0.0, 1.0, 1.0]), "acc": np.array([0, 1, 1, 1])},
+    )
+    algo = OmegaConf.create({"adv_estimator": "gdpo", "gdpo_reward_keys": ["fmt", "acc", "absent"]})
+    m = gdpo_metrics(batch, algo)
+    assert m == pytest.approx(
+        {
+            "gdpo/fmt/mean": 0.75,
+            "gdpo/fmt/std": np.std([1, 0, 1, 1]),
+            "gdpo/fmt/max": 1.0,
+            "gdpo/fmt/min": 0.0,
+            "gdpo/acc/mean": 0.75,
+            "gdpo/acc/std": np.std([0, 1, 1, 1]),
+            "gdpo/acc/max": 1.0,
+            "gdpo/acc/min": 0.0,
+        }
+    )
+    algo.adv_estimator = "grpo"
+    assert gdpo_metrics(batch, algo) == {}
+
+
+# ---------------------------------------------------------------- ESI: verl's expiry check forces a save
+class _SaveRecorder(ExtRayPPOTrainer):
+    """The trainer's save decision only; the save itself (worker I/O) is recorded instead of written."""
+
+    def __init__(self, config):  # noqa: D107 - no workers: only the attributes the decision reads
+        self.config, self.saved, self.train_time_s, self.max_steps_duration = config, [], 0.0, 0.0
+
+    def _save_checkpoint(self):
+        self.saved.append(self.global_steps)
+
+
+def test_esi_expiry_forces_a_checkpoint(monkeypatch):
+    import time
+
+    t = _SaveRecorder(_ppo("trainer.save_freq=10", "trainer.esi_redundant_time=0"))
+    t.max_steps_duration = 100.0  # seconds per step
+    for step in (1, 10, 11):
+        t.global_steps = step
+        t._maybe_save_checkpoint(is_last=False, timing_raw={}, time_base=0.0, fit_start=time.monotonic())
+    assert t.saved == [10]  # save_freq only: no capacity block announced
+    # vemlp announces the block's end: 120 s left < one step (100 s) + the save (60 s) -> save now
+    monkeypatch.setenv("MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", str(time.time() + 120))
+    t.global_steps = 12
+    t._maybe_save_checkpoint(is_last=False, timing_raw={}, time_base=0.0, fit_start=time.monotonic())
+    assert t.saved == [10, 12]

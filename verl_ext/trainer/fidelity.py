@@ -1,0 +1,232 @@
+"""Which features of verl 0.9.1's legacy `RayPPOTrainer.fit` the project's trainer base keeps, and which it rejects.
+
+`ExtRayPPOTrainer` (ppo_trainer.py) re-implements verl's `fit` loop so a recipe can change where a step's data comes
+from and feed token-level estimators. Nothing of verl's loop may be dropped silently: each feature is either carried
+over (by calling verl's own function for it) or rejected in the driver, before Ray starts, by `check_fidelity`, with
+a `ConfigError` naming the key. `FEATURES` is that table (the README's copy is generated from it by
+`feature_table_markdown()`); `tests/trainer/test_fidelity.py` checks every rejection and that a key not in use never
+trips one.
+
+Supported features are listed too, so the table is the whole side-by-side reading of verl's `fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl_ext.config.errors import ConfigError
+
+SUPPORTED, PARTIAL, REJECTED = "supported", "supported, rejected where noted", "rejected"
+RECIPES = ("ppo", "fast_dapo", "composer")  # ppo: the trainer base on a plain batch (fast_dapo with curriculum off)
+
+
+def _get(cfg: DictConfig, key: str, default=None):
+    value = OmegaConf.select(cfg, key, default=default)
+    return default if value is None else value
+
+
+def _project_estimator(cfg: DictConfig) -> bool:
+    from verl_ext.advantage.config import ESTIMATORS
+
+    return cfg.algorithm.adv_estimator in ESTIMATORS
+
+
+def _curriculum_on(cfg: DictConfig, recipe: str) -> bool:
+    return recipe == "fast_dapo" and bool(_get(cfg, "curriculum.enable", True))
+
+
+def _composer_custom_loss(cfg: DictConfig, recipe: str) -> bool:
+    """The Composer installs its own actor loss (verl_ext/composer/actor_loss.py) when a loss-side channel is on."""
+    if recipe != "composer":
+        return False
+    sdpo_on = float(_get(cfg, "algorithm.alpha_sdpo", 0.0)) > 0
+    full_logit = sdpo_on and _get(cfg, "composer.sdpo.form", "full_logit") == "full_logit"
+    return full_logit or float(_get(cfg, "composer.beta_replay", 0.0)) > 0
+
+
+def _rollout_corr(cfg: DictConfig) -> dict:
+    node = OmegaConf.select(cfg, "algorithm.rollout_correction")
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+
+
+def _rollout_corr_used(cfg: DictConfig) -> bool:
+    rc = _rollout_corr(cfg)
+    return bool(rc.get("bypass_mode") or rc.get("rollout_is") or rc.get("rollout_rs"))
+
+
+@dataclass(frozen=True)
+class Feature:
+    key: str  # the config key (or what the user sets) that turns the feature on
+    status: str  # SUPPORTED | PARTIAL (rejected in the combinations `check` names) | REJECTED
+    note: str  # how it is supported, or why it is rejected
+    # (cfg, recipe) -> None if fine, else the reason it cannot run; only for features rejected in some setting
+    check: Callable[[DictConfig, str], str | None] | None = None
+
+
+def _remax(cfg, recipe):
+    if cfg.algorithm.adv_estimator == "remax":
+        return (
+            "REMAX needs a greedy baseline rollout per prompt in the same generation call; the trainer base "
+            "generates sampled responses only (and fast DAPO's fused calls mix prompts of several phases)"
+        )
+    return None
+
+
+def _reward_model(cfg, recipe):
+    # verl scores with a reward model in one of two places: a standalone model (its own resource pool) inside the
+    # reward loop that streams with the rollout, so `rm_scores` arrive with the generated batch as a reward
+    # function's do; a colocated one (no own pool) by a separate `_compute_reward_colocate` call in `fit`.
+    if _get(cfg, "reward.reward_model.enable", False) and not _get(
+        cfg, "reward.reward_model.enable_resource_pool", False
+    ):
+        return (
+            "reward.reward_model.enable=true with enable_resource_pool=false (the colocated reward model) is "
+            "scored by a separate call in verl's fit that the trainer base does not make (and fast DAPO's "
+            "filter reads rewards at generation time); give the reward model its own pool "
+            "(reward.reward_model.enable_resource_pool=true) or use a reward function"
+        )
+    return None
+
+
+def _skip(cfg, recipe):
+    on = [k for k in ("rollout", "async_rollout", "rollout_tq") if _get(cfg, f"skip.{k}.enable", False)]
+    if on:
+        return (
+            f"skip.{on[0]}.enable (verl's rollout dump/replay keyed by step) is not wired into the trainer base; "
+            "a curriculum makes several generation calls per step, so a replay by step would be wrong"
+        )
+    return None
+
+
+def _filter_groups(cfg, recipe):
+    if _get(cfg, "algorithm.filter_groups.enable", False):
+        return (
+            "algorithm.filter_groups is read by verl-recipe's DAPO trainer, not by verl's fit (it would be "
+            "ignored); use recipe/fast_dapo with curriculum.mode=dapo (or fast)"
+        )
+    return None
+
+
+def _pf_ppo(cfg, recipe):
+    if _get(cfg, "algorithm.use_pf_ppo", False) and (recipe == "composer" or _project_estimator(cfg)):
+        return (
+            "algorithm.use_pf_ppo is applied inside verl's compute_advantage, which the project's estimators "
+            "and the Composer do not call; use one of verl's estimators without it, or drop use_pf_ppo"
+        )
+    return None
+
+
+def _distillation(cfg, recipe):
+    if recipe == "composer" and _get(cfg, "distillation.enabled", False):
+        return (
+            "verl's distillation sets its own actor loss flags; the Composer installs its own actor loss "
+            "(SDPO is the recipe's distillation channel)"
+        )
+    return None
+
+
+def _rollout_correction(cfg, recipe):
+    rc = _rollout_corr(cfg)
+    if not _rollout_corr_used(cfg):
+        return None
+    if not _get(cfg, "actor_rollout_ref.rollout.calculate_log_probs", False):
+        return (
+            "algorithm.rollout_correction needs the rollout's log-probs: set "
+            "actor_rollout_ref.rollout.calculate_log_probs=true (verl would skip the correction silently)"
+        )
+    if rc.get("bypass_mode"):
+        if _composer_custom_loss(cfg, recipe):
+            return (
+                "algorithm.rollout_correction.bypass_mode switches verl's policy loss to loss_mode=bypass_mode; "
+                "the Composer's own actor loss (alpha_sdpo > 0 with form=full_logit, or beta_replay > 0) "
+                "replaces it. Use decoupled mode (bypass_mode=false)"
+            )
+        if _project_estimator(cfg):
+            from verl_ext.advantage.config import validate_algorithm_config
+
+            adv = validate_algorithm_config(cfg.algorithm)
+            if adv is not None and adv.needs_entropys:
+                return (
+                    "algorithm.rollout_correction.bypass_mode skips the actor's old-log-prob pass, which is where "
+                    f"the per-token entropies come from (uncertainty_kind={adv.uncertainty_kind}); use "
+                    "decoupled mode or uncertainty_kind=surprisal"
+                )
+    return None
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature(
+        "algorithm.rollout_correction",
+        PARTIAL,
+        "decoupled mode (IS weights, rejection sampling, `rollout_corr/*` metrics) through verl's "
+        "`compute_rollout_correction_and_add_to_batch`, bypass mode through `apply_bypass_mode`; rejected "
+        "without `rollout.calculate_log_probs=true`, bypass with the Composer's own actor loss, and bypass with "
+        "an estimator that needs entropies (no old-log-prob pass)",
+        _rollout_correction,
+    ),
+    Feature("trainer.val_only", SUPPORTED, "validate (also a resumed checkpoint), log, stop"),
+    Feature("trainer.rollout_data_dir", SUPPORTED, "one `<step>.jsonl` per step through verl's `_log_rollout_data`"),
+    Feature("trainer.validation_data_dir, log_val_generations", SUPPORTED, "verl's `_validate`, unchanged"),
+    Feature(
+        "global_profiler (steps, tool, profile_continuous_steps)",
+        SUPPORTED,
+        "verl's `_start_profiling` / `_stop_profiling` and the rollout servers' profile, on the same schedule "
+        "(`verl_ext/trainer/profiling.py`); a fast DAPO step's profile covers all its generation calls",
+    ),
+    Feature(
+        "trainer.esi_redundant_time (expiring instances)",
+        SUPPORTED,
+        "verl's `should_save_ckpt_esi` forces a save when the capacity block is about to expire",
+    ),
+    Feature("images_seqlens (multimodal)", SUPPORTED, "collected from `multi_modal_inputs` as verl does"),
+    Feature("train_dataset.on_batch_end, async checkpoint finalize", SUPPORTED, "called as verl does"),
+    Feature("variance-proxy, spec-decode and GDPO metrics", SUPPORTED, "verl's metric functions, every step"),
+    Feature("critic, use_kl_in_reward, critic_warmup, balance_batch, checkpoints", SUPPORTED, "as verl does"),
+    Feature(
+        "distillation (teacher model)",
+        PARTIAL,
+        "the trainer base: verl's actor update, inherited; rejected in the Composer",
+        _distillation,
+    ),
+    Feature("algorithm.adv_estimator=remax", REJECTED, "needs a greedy baseline generation", _remax),
+    Feature(
+        "reward.reward_model (reward model)",
+        PARTIAL,
+        "a standalone reward model (`enable_resource_pool=true`) scores inside verl's reward loop, like a reward "
+        "function; the colocated one (`enable_resource_pool=false`) is rejected",
+        _reward_model,
+    ),
+    Feature("skip.* (rollout dump/replay)", REJECTED, "replay by step is wrong under a curriculum", _skip),
+    Feature(
+        "algorithm.filter_groups", REJECTED, "verl-recipe's key, ignored by verl's fit: use fast_dapo", _filter_groups
+    ),
+    Feature(
+        "algorithm.use_pf_ppo",
+        PARTIAL,
+        "with verl's estimators (inside verl's compute_advantage); rejected with the project's estimators and "
+        "the Composer",
+        _pf_ppo,
+    ),
+)
+
+
+def check_fidelity(cfg: DictConfig, recipe: str) -> None:
+    """Raise ConfigError naming every feature of verl's fit that `cfg` asks for and this recipe cannot run."""
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
+    problems = [f"{f.key}: {reason}" for f in FEATURES if f.check and (reason := f.check(cfg, recipe))]
+    if problems:
+        raise ConfigError(
+            "verl features this run cannot honour (see verl_ext/trainer/fidelity.py):\n- " + "\n- ".join(problems)
+        )
+
+
+def feature_table_markdown() -> str:
+    """The README table: verl feature -> status -> how / why."""
+    lines = ["| verl feature | status | how / why |", "|---|---|---|"]
+    for f in FEATURES:
+        lines.append(f"| `{f.key}` | {f.status} | {f.note} |")
+    return "\n".join(lines)
