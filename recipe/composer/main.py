@@ -1,6 +1,6 @@
-"""Composer: `python -m recipe.composer.main +arm=full [hydra overrides]` (config: recipe/composer/config/composer.yaml).
+"""Composer: `python -m recipe.composer.main +arm=full [hydra overrides]` (config: recipe/composer/config/composer.yaml)
 
-Arms of the seed's ablation: +arm=baseline | +arm=sdpo | +arm=replay | +arm=full. The replay channel needs teachers:
+Arms of the ablation: +arm=baseline | +arm=sdpo | +arm=replay | +arm=full. The replay channel needs teachers:
     composer.replay.teacher_pool.teachers='[{name: a, base_url: "https://...", model: m, api_key_env: A_KEY}, ...]'
 On CPU add `+backend=cpu` and point data/model at the tiny assets (`${tiny_assets:model}` etc.).
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hydra
 
-from verl_ext.toy.resolvers import register_resolvers
+from verl_ext.trainer.launch import register_lazy_resolvers
 
-register_resolvers()
+register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
 
 
 @hydra.main(config_path="config", config_name="composer", version_base=None)

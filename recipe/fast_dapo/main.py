@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hydra
 
-from verl_ext.toy.resolvers import register_resolvers
+from verl_ext.trainer.launch import register_lazy_resolvers
 
-register_resolvers()
+register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
 
 
 @hydra.main(config_path="config", config_name="fast_dapo", version_base=None)
