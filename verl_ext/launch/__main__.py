@@ -1,0 +1,5 @@
+import sys
+
+from verl_ext.launch.cli import main
+
+sys.exit(main())
