@@ -31,12 +31,14 @@ Buffered rows carry no meta_info (verl's concat refuses differing meta_info, e.g
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 from verl import DataProto
 
 from verl_ext.curriculum.dataproto_ops import PAD_KEY
+from verl_ext.curriculum.memory import MemorySettings, PassRateMemory, prompt_keys, uniform_outcome
 
 PHASE_KEY = "__phase__"
 SCREEN = "screen"
@@ -61,8 +63,9 @@ COUNTERS = (
     "groups_completed",  # groups of N that reached prompts_for_training
     "training_groups_emitted",  # groups handed out by get_training_data()
     "surplus_groups_dropped",  # dapo: ready groups beyond the batch, dropped by get_training_data() (the recipe's trim)
+    "prompts_skipped_by_memory",  # fresh prompts the pass-rate memory did not queue for screening
 )
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: pass-rate memory state and its counter (version 1 checkpoints still load)
 
 
 class DataController:
@@ -78,6 +81,10 @@ class DataController:
         filter_metric: non_tensor_batch column of the generated rows used by the keep rule ("acc", "score" or any
             reward extra key); default "acc".
         uid_key: non_tensor_batch column holding the prompt id; default "uid" (verl's).
+        memory: pass-rate memory settings (``MemorySettings`` or a mapping of its fields, e.g. the recipe's
+            ``curriculum.memory`` node); None or ``enable: false`` = off. When on (fast and dapo modes), fresh prompts
+            that screened uniform in an earlier epoch may be skipped by ``add_fresh_prompts`` (GRESO-style rule in
+            ``verl_ext.curriculum.memory``); the memory is part of ``state_dict()``.
     """
 
     def __init__(
@@ -88,8 +95,16 @@ class DataController:
         mode: str = "fast",
         filter_metric: str = "acc",
         uid_key: str = "uid",
+        memory: MemorySettings | Mapping | None = None,
     ):
         _check_config(train_batch_size, n, n_continue, mode)
+        settings = memory if isinstance(memory, MemorySettings) else MemorySettings.from_mapping(memory)
+        if settings.enable and mode == "plain":
+            raise ValueError(
+                "DataController: the pass-rate memory skips prompts that would give no signal; plain sampling "
+                "trains on every group, so the memory needs mode fast or dapo"
+            )
+        self.memory = PassRateMemory(settings) if settings.enable else None
         self.train_batch_size = int(train_batch_size)
         self.n = int(n)
         self.n_continue = int(n_continue)
@@ -109,11 +124,13 @@ class DataController:
 
     # ------------------------------------------------------------------ trainer-facing API
 
-    def add_fresh_prompts(self, batch: DataProto) -> None:
-        """Queue fresh prompt rows (one row per prompt, unique ``uid`` strings) for screening."""
+    def add_fresh_prompts(self, batch: DataProto) -> int:
+        """Queue fresh prompt rows (one row per prompt, unique ``uid`` strings) for screening. With the pass-rate
+        memory on, prompts it skips are not queued (counted in ``prompts_skipped_by_memory``). Returns the number of
+        prompts queued; check ``has_generation_inputs`` before ``get_generation_inputs``."""
         uids = self._uids(batch, "add_fresh_prompts")
         if len(batch) == 0:
-            return
+            return 0
         for marker in (PHASE_KEY, PAD_KEY):
             if marker in batch.non_tensor_batch:
                 raise ValueError(f"add_fresh_prompts: the rows already carry '{marker}'; pass dataloader rows")
@@ -123,7 +140,19 @@ class DataController:
         if clash.any():
             raise ValueError(f"add_fresh_prompts: uids already held by the controller, e.g. {uids[clash][:3]}")
         fresh = _stripped(batch)
+        if self.memory is not None:
+            skip = self.memory.offer(self._memory_keys(fresh, "add_fresh_prompts"))
+            self._counts["prompts_skipped_by_memory"] += int(skip.sum())
+            fresh = _nonempty(fresh.select_idxs(~skip))
         self.prompts_for_first_generation_phase = _concat([self.prompts_for_first_generation_phase, fresh])
+        return _len(fresh)
+
+    @property
+    def has_generation_inputs(self) -> bool:
+        """True iff ``get_generation_inputs`` has prompts to send (fresh ones queued or kept ones to continue)."""
+        return (
+            self.prompts_for_first_generation_phase is not None or self.prompts_for_second_generation_phase is not None
+        )
 
     def get_generation_inputs(self) -> DataProto:
         """One fused batch: each queued fresh prompt repeated n times (dapo/plain: N) with ``PHASE_KEY`` "screen",
@@ -208,6 +237,7 @@ class DataController:
         c["prompts_awaiting_screening"] = _len(self.prompts_for_first_generation_phase)
         c["prompts_awaiting_continuation"] = _len(self.screened_responses) // self.n_screen
         c["groups_ready"] = self.num_groups_ready
+        c["memory_prompts"] = 0 if self.memory is None else len(self.memory)
         return c
 
     # ------------------------------------------------------------------ checkpointing
@@ -220,19 +250,31 @@ class DataController:
             "config": {"n": self.n, "n_continue": self.n_continue, "mode": self.mode, "uid_key": self.uid_key},
             "counters": dict(self._counts),
             "buffers": {name: _to_plain(getattr(self, name)) for name in BUFFERS},
+            "memory": None if self.memory is None else self.memory.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore buffers and counters. n, n_continue, mode and uid_key must match (they shape the buffers);
-        train_batch_size and filter_metric are taken from this controller's constructor."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"load_state_dict: unsupported state version {state.get('version')!r}")
+        """Restore buffers, counters and the pass-rate memory. n, n_continue, mode and uid_key must match (they
+        shape the buffers); train_batch_size, filter_metric and the memory constants are taken from this controller's
+        constructor. A checkpoint without memory state (memory off, or a version 1 checkpoint) resumes with an empty
+        memory; memory state in the checkpoint is ignored when this controller's memory is off."""
+        version = state.get("version")
+        if version not in (1, STATE_VERSION):
+            raise ValueError(f"load_state_dict: unsupported state version {version!r}")
         mine = {"n": self.n, "n_continue": self.n_continue, "mode": self.mode, "uid_key": self.uid_key}
         if state["config"] != mine:
             raise ValueError(f"load_state_dict: checkpoint config {state['config']} does not match {mine}")
-        if set(state["counters"]) != set(COUNTERS):
-            raise ValueError(f"load_state_dict: counters {sorted(state['counters'])} != expected {sorted(COUNTERS)}")
-        self._counts = dict(state["counters"])
+        counters = dict(state["counters"])
+        if version == 1:
+            counters.setdefault("prompts_skipped_by_memory", 0)
+        if set(counters) != set(COUNTERS):
+            raise ValueError(f"load_state_dict: counters {sorted(counters)} != expected {sorted(COUNTERS)}")
+        if self.memory is not None:
+            memory = PassRateMemory(self.memory.settings)
+            if state.get("memory") is not None:
+                memory.load_state_dict(state["memory"])
+            self.memory = memory
+        self._counts = counters
         for name in BUFFERS:
             setattr(self, name, _from_plain(state["buffers"][name]))
 
@@ -253,6 +295,15 @@ class DataController:
         held = [getattr(self, name) for name in BUFFERS]
         columns = [d.non_tensor_batch[self.uid_key] for d in held if d is not None]
         return np.concatenate([np.zeros(0, dtype=object), *columns])
+
+    def _memory_keys(self, data: DataProto, where: str) -> np.ndarray:
+        column = self.memory.settings.key
+        if column not in data.non_tensor_batch:
+            raise ValueError(
+                f"{where}: the pass-rate memory keys prompts by non_tensor_batch column '{column}', which the rows "
+                f"lack (available: {sorted(data.non_tensor_batch)}); set curriculum.memory.key"
+            )
+        return prompt_keys(data.non_tensor_batch[column])
 
     def _metric(self, gen_output: DataProto, metric_values) -> np.ndarray:
         if metric_values is None:
@@ -315,6 +366,9 @@ class DataController:
         self._counts["prompts_kept"] += int(keep.sum())
         self._counts["discarded_all_correct"] += int((screened & ~keep & (lo > 0.5)).sum())
         self._counts["discarded_all_wrong"] += int((screened & ~keep & (lo <= 0.5)).sum())
+        if self.memory is not None:
+            sent = self.prompts_in_flight.select_idxs(screened)
+            self.memory.record(self._memory_keys(sent, "update"), uniform_outcome(lo[screened], hi[screened]))
 
         row_kept = keep[prompt_of_row]
         order = np.argsort(prompt_of_row[row_kept], kind="stable")
