@@ -147,6 +147,7 @@ def test_response_budget_is_enforced(loop_thread, tiny_tokenizer, tiny_backend):
             s.episode_id,
         )
         assert r.status_code == 400 and "response budget" in r.json()["error"]["message"]
+        assert r.json()["error"]["code"] == "context_length_exceeded"
     finally:
         loop_thread.run(gw.stop())
 

@@ -25,7 +25,8 @@ ignored (the recorded log-probs must be the policy's sampling distribution); `ma
 the episode's remaining response budget (`rollout.response_length` over all rounds). `n > 1` and tool schemas are
 rejected with 400.
 
-Errors are OpenAI-shaped `{"error": {"message", "type", "code"}}`: 400 malformed JSON / fields / budget exceeded,
+Errors are OpenAI-shaped `{"error": {"message", "type", "code"}}` (`code` a string such as
+`context_length_exceeded`, which the openai client exposes as `e.code`): 400 malformed JSON / fields / budget exceeded,
 401 wrong key (when one is configured), 404 unknown episode, 409 episode already closed, 429 when more than
 `max_inflight` generation requests are queued (back-pressure; the openai client retries 429 by itself), 503 while
 shutting down.
@@ -206,9 +207,8 @@ class Gateway:
         except RequestError as e:
             if e.status == 400:
                 self.stats.rejected_400 += 1
-            return web.json_response(
-                {"error": {"message": e.message, "type": e.code, "code": e.status}}, status=e.status
-            )
+            kind = "invalid_request_error" if e.status == 400 else e.code
+            return web.json_response({"error": {"message": e.message, "type": kind, "code": e.code}}, status=e.status)
 
     def _session(self, request: web.Request) -> Session:
         sid = request.match_info.get("sid") or request.headers.get("X-Episode-Id")

@@ -1,0 +1,176 @@
+"""`external_agent`: a verl agent loop that runs one external agent process per task, through the gateway.
+
+Where things live (decided so that weight sync, batching and sleep/wake stay verl's): verl's AgentLoopWorker (a Ray
+actor, one asyncio loop) builds one agent-loop instance per trajectory. The first `external_agent` instance in a
+worker process starts that process's `Gateway` on the worker's event loop (port `external_agent.port`, 0 = any
+free port; with a fixed port each further worker takes the next free one), generating through the worker's own
+`LLMServerClient`. Every trajectory then:
+
+1. opens an episode (a session keyed by a fresh episode id) with the trainer's sampling settings;
+2. starts `external_agent.command` with `OPENAI_BASE_URL=<gateway>/s/<episode>/v1`, `OPENAI_API_KEY`,
+   `AGENT_SCORE_URL=<gateway>/s/<episode>/scores`, `AGENT_EPISODE_ID` and `AGENT_TASK` (the dataset row as JSON:
+   `prompt`, `reward_model`, `extra_info`, `data_source`), in its own process group;
+3. waits for it to exit (killing the group after `timeout_s`), collects the episode's rounds and score, and lets
+   `episode.decide` say what is trained; `trajectory` joins the rounds into verl's multi-turn sample.
+
+Groups for advantages are verl's: the n rollouts of one dataset row share its uid, so the n episodes of one task
+form the group. A dropped episode (crash, timeout, no score, rewritten history) still fills its row as a
+placeholder with response mask 0 and status columns `agent_status`, `agent_episode_id` (see
+`verl_ext.agent.trainer`, which moves it out of its group and logs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
+from verl_ext.agent.agent_process import run_episode
+from verl_ext.agent.episode import Status
+from verl_ext.agent.gateway import Gateway
+from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings
+from verl_ext.agent.trajectory import truncate
+
+logger = logging.getLogger(__name__)
+
+_GATEWAYS: dict[int, Gateway] = {}  # one per event loop (= per agent-loop worker process)
+_GATEWAY_LOCK: asyncio.Lock | None = None
+_PORT_TRIES = 64
+
+
+def to_plain(value: Any) -> Any:
+    """A dataset field as plain JSON (numpy arrays and scalars from the parquet row become lists and numbers)."""
+    if isinstance(value, np.ndarray):
+        return [to_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+@register(AGENT_LOOP_NAME)
+class ExternalAgentLoop(AgentLoopBase):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = AgentSettings.from_mapping(self.config.get("external_agent"))
+        self.response_length = self.rollout_config.response_length
+
+    async def _gateway(self) -> Gateway:
+        global _GATEWAY_LOCK
+        loop = asyncio.get_running_loop()
+        if _GATEWAY_LOCK is None:
+            _GATEWAY_LOCK = asyncio.Lock()
+        async with _GATEWAY_LOCK:
+            gw = _GATEWAYS.get(id(loop))
+            if gw is not None:
+                return gw
+            server = self.server_manager
+
+            async def generate(request_id, prompt_ids, sampling_params):
+                out = await server.generate(
+                    request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+                )
+                return out.token_ids, out.log_probs, (out.extra_fields or {}).get("global_steps")
+
+            s = self.settings
+            last_error = None
+            for offset in range(_PORT_TRIES if s.port else 1):
+                gw = Gateway(
+                    tokenizer=self.tokenizer,
+                    builder=self.continuous_token_builder,
+                    generate=generate,
+                    model_name=str(self.config.actor_rollout_ref.model.path),
+                    prompt_length=self.rollout_config.prompt_length,
+                    response_length=self.response_length,
+                    host=s.host,
+                    port=s.port + offset if s.port else 0,
+                    max_inflight=s.max_inflight,
+                    api_key=s.api_key,
+                )
+                try:
+                    await gw.start()
+                    break
+                except OSError as e:  # port taken (another worker on this node): try the next one
+                    last_error = e
+            else:
+                raise RuntimeError(
+                    f"external_agent: no free port in {s.port}..{s.port + _PORT_TRIES - 1}"
+                ) from last_error
+            logger.warning("external_agent gateway listening on %s", gw.base_url)
+            _GATEWAYS[id(loop)] = gw
+            return gw
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        gw = await self._gateway()
+        s = self.settings
+        task = {k: to_plain(kwargs.get(k)) for k in ("raw_prompt", "reward_model", "extra_info", "data_source")}
+        task["prompt"] = task.pop("raw_prompt")
+        res = await run_episode(gw, s, task, sampling_params)
+        session, outcome, eid, wall = res.session, res.outcome, res.session.episode_id, res.wall_s
+        exit_code, stderr = res.exit_code, res.stderr
+        if outcome.status is Status.CRASHED:
+            logger.warning("agent episode %s exited with %s: %s", eid, exit_code, stderr.strip()[-500:])
+        want_logprobs = bool(sampling_params.get("logprobs"))
+        if outcome.segment is not None:
+            seg = truncate(outcome.segment, self.response_length)
+            prompt_ids, response_ids, mask, logprobs = (
+                seg.prompt_ids,
+                seg.response_ids,
+                seg.response_mask,
+                seg.log_probs,
+            )
+            num_turns, version = seg.num_turns, seg.min_version
+        else:  # placeholder row: the task's prompt, one masked token, no loss
+            if session.rounds:
+                prompt_ids = session.rounds[0].prompt_ids
+            else:
+                messages = (
+                    task["prompt"]
+                    if isinstance(task["prompt"], list)
+                    else [{"role": "user", "content": str(task["prompt"])}]
+                )
+                prompt_ids = await self.ct_build_initial_tokens(messages)
+            response_ids, mask, logprobs, num_turns, version = [self.tokenizer.eos_token_id], [0], [0.0], 1, None
+        prompt_ids = prompt_ids[-self.rollout_config.prompt_length :]
+        if not want_logprobs:
+            logprobs = None
+        score = session.score if outcome.use_agent_score else None
+        extra: dict[str, Any] = {
+            "agent_episode_id": eid,
+            "agent_status": outcome.status.value,
+            "agent_rounds": len(session.rounds),
+            "agent_segments": outcome.n_segments,
+            "agent_wall_s": wall,
+            # oldest weight version that sampled the trained tokens; the trainer turns it into staleness (-1: unknown)
+            "agent_policy_version": -1 if version is None else int(version),
+        }
+        if score is not None and score.get("step_metas") is not None:
+            extra["step_metas"] = score["step_metas"]
+        reward = None
+        if s.score_source == "agent":  # every row carries the same reward keys (verl reads the first row's)
+            ok = outcome.status is Status.OK
+            reward = score["score"] if ok else 0.0
+            extra["reward_extra_info"] = {"score": reward, "acc": score["acc"] if ok else 0.0}
+        return AgentLoopOutput(
+            prompt_ids=list(prompt_ids),
+            response_ids=list(response_ids),
+            response_mask=list(mask),
+            response_logprobs=list(logprobs) if logprobs is not None else None,
+            reward_score=reward,
+            num_turns=num_turns,
+            metrics=AgentLoopMetrics(generate_sequences=wall),
+            extra_fields=extra,
+        )

@@ -1,0 +1,203 @@
+"""Trainer side of agent episodes: dropped episodes out of their advantage group, staleness, counts, the ledger,
+and the async mode.
+
+`AgentEpisodesMixin` goes in front of any `ExtRayPPOTrainer` subclass (ready-made: `AgentPPOTrainer` for plain
+PPO/GRPO, `AgentFastDAPOTrainer`, `AgentComposerTrainer`; select with `trainer.trainer_cls=...`). Before each
+training step it
+
+- in async mode, drops episodes more than `external_agent.max_staleness` policy updates old (status `stale`, see
+  `episode.staleness`); the staleness of every episode is recorded (column `agent_staleness`, the ledger);
+- gives every dropped episode's row (agent_status != ok) a uid of its own and response mask 0, so it neither adds
+  loss nor shifts its task's group mean/std (the other episodes of the task are the group);
+- records the step in the episode ledger (`verl_ext.agent.ledger`: refuses an episode id seen before, so an episode
+  is never trained twice; `external_agent.episode_log`, default `episodes.jsonl` beside
+  `trainer.jsonl_metrics_path`);
+- logs `agent/episodes`, `agent/ok`, `agent/dropped/<status>` (every status, 0 included), `agent/rewrites`,
+  `agent/rounds_mean`, `agent/staleness_max` in the step's metrics.
+
+Modes (`external_agent.mode`):
+- `sync` (default): all episodes of a step finish before its update (on-policy, staleness 0).
+- `async`: the seed design's buffer flow with a one-step buffer. When step k's batch is handed to training, step
+  k+1's episodes start in a background thread against the current (not yet updated) weights, so agent time overlaps
+  the update. The weight sync after step k waits for them to finish (an episode never straddles two weight
+  versions), so step k+1 trains on episodes exactly 1 update stale; the bound is enforced per trajectory from the
+  weight version the rollout stamped on its rounds. The rollout replicas are not put to sleep during the update in
+  this mode (they are serving the next step's agents): on a GPU that needs memory for both, as in verl's own
+  fully-async setups.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from pathlib import Path
+
+import numpy as np
+from verl import DataProto
+
+from verl_ext.agent.episode import DROP_STATUSES, stale_mask, staleness
+from verl_ext.agent.ledger import EpisodeLedger
+from verl_ext.agent.settings import AgentSettings, uses_external_agent
+
+_END = object()
+
+
+def episode_columns_metrics(status: np.ndarray, rounds: np.ndarray, segments: np.ndarray) -> dict[str, float]:
+    """The step's episode counters from the batch's agent columns (pure)."""
+    status = np.asarray(status).astype(str)
+    m = {"agent/episodes": float(len(status)), "agent/ok": float((status == "ok").sum())}
+    for s in DROP_STATUSES:
+        m[f"agent/dropped/{s}"] = float((status == s).sum())
+    m["agent/rewrites"] = float(np.maximum(np.asarray(segments, dtype=np.int64) - 1, 0).sum())
+    m["agent/rounds_mean"] = float(np.asarray(rounds, dtype=np.float64).mean()) if len(status) else 0.0
+    return m
+
+
+def versions_of(column) -> list[int | None]:
+    """The `agent_policy_version` column with -1 (the rollout reported no version) as None."""
+    return [None if v is None or int(v) < 0 else int(v) for v in column]
+
+
+class AgentEpisodesMixin:
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.agent_settings = (
+            AgentSettings.from_mapping(self.config.get("external_agent")) if uses_external_agent(self.config) else None
+        )
+        self._episode_ledger: EpisodeLedger | None = None
+        self._prefetch: concurrent.futures.Future | None = None
+
+    @property
+    def agent_async(self) -> bool:
+        return self.agent_settings is not None and self.agent_settings.mode == "async"
+
+    def _episode_log_path(self) -> Path | None:
+        if self.agent_settings is None:
+            return None
+        if self.agent_settings.episode_log:
+            return Path(self.agent_settings.episode_log)
+        metrics_path = self.config.trainer.get("jsonl_metrics_path")
+        return Path(metrics_path).with_name("episodes.jsonl") if metrics_path else None
+
+    def _ledger(self) -> EpisodeLedger | None:
+        if self._episode_ledger is None and (path := self._episode_log_path()) is not None:
+            # First call is at the first step trained by this process: global_steps - 1 is the checkpoint's step.
+            self._episode_ledger = EpisodeLedger(path, resume_from_step=self.global_steps - 1)
+        return self._episode_ledger
+
+    # ------------------------------------------------------------------ async: the next step's episodes run ahead
+    def training_batches(self):
+        batches = super().training_batches()
+        if not self.agent_async:
+            yield from batches
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent-episodes")
+        try:
+            fut = pool.submit(next, batches, _END)
+            while True:
+                item = fut.result()
+                if item is _END:
+                    return
+                # no run-ahead past the last step (its episodes would never be trained)
+                ahead = self.global_steps < self.total_training_steps
+                self._prefetch = fut = pool.submit(next, batches, _END) if ahead else None
+                yield item
+                if fut is None:
+                    fut = pool.submit(next, batches, _END)
+        finally:
+            self._prefetch = None
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _sleep_rollout(self) -> None:
+        if not self.agent_async:  # async: the replicas are serving the next step's episodes
+            super()._sleep_rollout()
+
+    def _save_checkpoint(self):
+        # The dataloader's position is saved with the checkpoint; let the thread running ahead finish taking its batch.
+        # (Its episodes are not trained yet: a resume from this checkpoint does not run that batch's tasks again.)
+        if self._prefetch is not None:
+            concurrent.futures.wait([self._prefetch])
+        super()._save_checkpoint()
+
+    def sync_weights(self, timing_raw: dict) -> None:
+        if self._prefetch is not None:  # the episodes running ahead finish on the weights they started with
+            concurrent.futures.wait([self._prefetch])
+        super().sync_weights(timing_raw)
+
+    # ------------------------------------------------------------------ per step
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        nt = batch.non_tensor_batch
+        if "agent_status" in nt:
+            ids = [str(e) for e in nt["agent_episode_id"]]
+            status = nt["agent_status"].astype(str).astype(object)
+            stale_n = staleness(self.global_steps, versions_of(nt["agent_policy_version"]))
+            too_old = stale_mask(
+                self.global_steps, versions_of(nt["agent_policy_version"]), self.agent_settings.max_staleness
+            )
+            if self.agent_async:  # enforced where episodes run ahead; sync mode only records it (0 except in
+                # fast DAPO, whose kept prompts' screening episodes are older by design and governed by its own bound)
+                status[too_old & (status == "ok")] = "stale"
+            nt["agent_status"], nt["agent_staleness"] = status, stale_n
+            dropped = status != "ok"
+            if dropped.any():
+                uid = nt["uid"].copy()
+                uid[dropped] = [f"{u}/dropped/{e}" for u, e in zip(uid[dropped], np.asarray(ids)[dropped], strict=True)]
+                nt["uid"] = uid
+                batch.batch["response_mask"][torch_index(dropped)] = 0
+            ledger = self._ledger()
+            if ledger is not None:
+                ledger.record(self.global_steps, ids, list(status), list(stale_n))
+            metrics.update(episode_columns_metrics(status, nt["agent_rounds"], nt["agent_segments"]))
+            ok = ~dropped
+            metrics["agent/staleness_max"] = float(stale_n[ok].max()) if ok.any() else 0.0
+            metrics.update(token_metrics(batch, ok))
+        return super().train_on_batch(batch, metrics, timing_raw)
+
+    def fit(self):
+        try:
+            return super().fit()
+        finally:
+            if self._episode_ledger is not None:
+                self._episode_ledger.close()
+
+
+def token_metrics(batch: DataProto, ok: np.ndarray) -> dict[str, float]:
+    """Mean per trained episode of its policy tokens (mask 1) and environment tokens (mask 0 inside the response:
+    tool results, user turns, template markers between rounds)."""
+    if not ok.any():
+        return {"agent/policy_tokens_mean": 0.0, "agent/env_tokens_mean": 0.0}
+    mask = batch.batch["response_mask"][torch_index(ok)]
+    width = mask.shape[1]
+    inside = batch.batch["attention_mask"][torch_index(ok)][:, -width:].bool()
+    policy = mask.bool() & inside
+    return {
+        "agent/policy_tokens_mean": float(policy.sum(-1).float().mean()),
+        "agent/env_tokens_mean": float((inside & ~policy).sum(-1).float().mean()),
+    }
+
+
+def torch_index(mask: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.asarray(mask, dtype=bool))
+
+
+def _trainer(base_path: str, name: str):
+    from verl.utils.import_utils import load_class_from_fqn
+
+    base = load_class_from_fqn(base_path, "trainer")
+    return type(name, (AgentEpisodesMixin, base), {"__module__": __name__, "__qualname__": name})
+
+
+def __getattr__(name: str):
+    """`AgentPPOTrainer`, `AgentFastDAPOTrainer`, `AgentComposerTrainer`: built on first use, so importing this
+    module does not import the recipes (which import this package's siblings)."""
+    bases = {
+        "AgentPPOTrainer": "verl_ext.trainer.ppo_trainer.ExtRayPPOTrainer",
+        "AgentFastDAPOTrainer": "recipe.fast_dapo.fast_dapo_ray_trainer.RayFastDAPOTrainer",
+        "AgentComposerTrainer": "recipe.composer.composer_ray_trainer.RayComposerTrainer",
+    }
+    if name not in bases:
+        raise AttributeError(name)
+    cls = _trainer(bases[name], name)
+    globals()[name] = cls
+    return cls
