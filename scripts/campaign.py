@@ -3,12 +3,19 @@
     .venv/bin/python scripts/campaign.py configs/campaign/advantage_ablation_cpu.yaml [--out-root outputs/campaign]
         [--only maxrl+gtpo_sepa grpo+none] [--dry-run]
     .venv/bin/python scripts/campaign.py report SPEC [...]   # seed-band curves and tables: verl_ext/campaign/report.py
+    .venv/bin/python scripts/campaign.py SPEC --submit http://HEAD:8265 --out-root /shared/campaigns \
+        [--local-root outputs/campaign] [--max-concurrent 2]   # on a Ray cluster: verl_ext/campaign/submit.py
 
 Runs go one after another (each already uses every GPU or core it is given); on a Ray cluster run this on the head
 node, where each run's driver joins the cluster (RAY_ADDRESS). Re-running the same command resumes: runs with a
 DONE file are skipped, an interrupted run continues from its last checkpoint (trainer.resume_mode=auto). A failed
 run is reported and the others still run; the exit code is 1 if any failed. Each run's output is in <run>/run.log.
 The spec format is in verl_ext/campaign/spec.py.
+
+With --submit, each run is a Ray job on the cluster at that address (dashboard URL), at most --max-concurrent at a
+time; --out-root is then the runs' root on the cluster's shared storage (absolute) and each run's metrics.jsonl,
+plots and config are collected into <--local-root>/<name>/<run>/ (where `report --out-root <local-root>` reads
+them). Restarting the same command skips runs that succeeded, follows jobs still running, re-submits failed ones.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-root", default="outputs/campaign")
     p.add_argument("--only", nargs="+", help="condition names to run (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--submit", metavar="ADDRESS", help="run each (condition, seed) as a Ray job on this cluster")
+    p.add_argument("--local-root", default="outputs/campaign", help="--submit: where outputs are collected")
+    p.add_argument("--max-concurrent", type=int, default=1, help="--submit: jobs running at once")
+    p.add_argument("--python", default="python", help="--submit: the interpreter on the cluster's head node")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="--submit: job env variables")
     args = p.parse_args(argv)
 
     spec = CampaignSpec.from_yaml(args.spec)
@@ -48,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         from verl_ext.metrics_log.plot import require_matplotlib
 
         require_matplotlib()  # before hours of runs, not after
+    if args.submit and not args.dry_run:
+        return _submit(spec, plans, args)
     failed = []
     for run in tqdm(plans, desc=f"campaign {spec.name}", unit="run"):
         cmd = [sys.executable, "-m", spec.entry, *run.overrides]
@@ -68,15 +82,41 @@ def main(argv: list[str] | None = None) -> int:
             tqdm.write(f"[campaign] {run.label}: FAILED (exit {rc}), see {run.run_dir / 'run.log'}")
     if args.dry_run:
         return 0
-    logs = [(r.label, r.run_dir / "metrics.jsonl") for r in plans if (r.run_dir / "metrics.jsonl").exists()]
-    if spec.plot_keys and logs:
-        out = Path(args.out_root) / spec.name / "curves.png"
-        plot_runs([path for _, path in logs], spec.plot_keys, out, labels=[label for label, _ in logs])
-        print(f"[campaign] curves of {len(logs)} runs: {out}")
+    _plot(spec, plans, Path(args.out_root))
     if failed:
         print(f"[campaign] {len(failed)} of {len(plans)} runs failed: {failed}")
         return 1
     return 0
+
+
+def _plot(spec: CampaignSpec, plans, root: Path) -> None:
+    logs = [(r.label, root / spec.name / r.label / "metrics.jsonl") for r in plans]
+    logs = [(label, path) for label, path in logs if path.exists()]
+    if spec.plot_keys and logs:
+        out = root / spec.name / "curves.png"
+        plot_runs([path for _, path in logs], spec.plot_keys, out, labels=[label for label, _ in logs])
+        print(f"[campaign] curves of {len(logs)} runs: {out}")
+
+
+def _submit(spec: CampaignSpec, plans, args) -> int:
+    from verl_ext.campaign.submit import submit_campaign
+    from verl_ext.launch import job
+
+    if not Path(args.out_root).is_absolute():
+        raise SystemExit("--submit: --out-root is the runs' root on the cluster's shared storage and must be "
+                         f"absolute, got {args.out_root!r}")
+    env = dict(pair.split("=", 1) for pair in args.env)
+    try:
+        result = submit_campaign(spec, plans, job.client(args.submit), args.local_root,
+                                 max_concurrent=args.max_concurrent, python=args.python, env_vars=env)
+    except (job.JobError, ValueError) as e:
+        raise SystemExit(f"--submit: {e}") from e
+    _plot(spec, plans, Path(args.local_root))
+    print(f"[campaign] {len(result.succeeded)} succeeded, {len(result.skipped)} done earlier, "
+          f"{len(result.failed)} failed of {len(plans)} runs")
+    for label, message in result.failed.items():
+        print(f"[campaign] FAILED {label}: {message[-300:]}")
+    return 1 if result.failed else 0
 
 
 if __name__ == "__main__":
