@@ -40,6 +40,8 @@ REJECTIONS = [
     ),
     (["skip.rollout.enable=true"], "fast_dapo", "skip.rollout.enable"),
     (["skip.async_rollout.enable=true"], "ppo", "skip.async_rollout.enable"),
+    (["skip.rollout_tq.enable=true"], "ppo", "skip.rollout_tq.enable"),
+    (["skip.rollout.enable=true"], "composer", "skip.rollout.enable"),
     (["algorithm.filter_groups.enable=true"], "ppo", "algorithm.filter_groups"),
     (["algorithm.use_pf_ppo=true", "algorithm.adv_estimator=gtpo"], "ppo", "algorithm.use_pf_ppo"),
     (["algorithm.use_pf_ppo=true"], "composer", "algorithm.use_pf_ppo"),
@@ -90,6 +92,8 @@ def test_each_rejection_names_its_key(overrides, recipe, key):
         ([], "fast_dapo"),
         (["algorithm.use_pf_ppo=true"], "ppo"),  # verl's estimator: verl's compute_advantage applies it
         (["distillation.enabled=true"], "ppo"),  # the inherited actor update handles it
+        (["skip.rollout.enable=true"], "ppo"),  # one generation call per step: verl's replay by step is right
+        (["skip.rollout.enable=true", "+curriculum.enable=false"], "fast_dapo"),
         (["reward.reward_model.enable=true", "reward.reward_model.enable_resource_pool=true"], "ppo"),  # standalone
         (
             [

@@ -92,12 +92,14 @@ def _reward_model(cfg, recipe):
 
 
 def _skip(cfg, recipe):
-    on = [k for k in ("rollout", "async_rollout", "rollout_tq") if _get(cfg, f"skip.{k}.enable", False)]
+    # verl's legacy fit honours skip.rollout only (AgentLoopManager.generate_sequences is wrapped by it, keyed by the
+    # step); skip.rollout_tq and skip.async_rollout belong to the v1 and fully-async trainers and would be ignored.
+    on = [k for k in ("async_rollout", "rollout_tq") if _get(cfg, f"skip.{k}.enable", False)]
     if on:
-        return (
-            f"skip.{on[0]}.enable (verl's rollout dump/replay keyed by step) is not wired into the trainer base; "
-            "a curriculum makes several generation calls per step, so a replay by step would be wrong"
-        )
+        return f"skip.{on[0]}.enable belongs to verl's v1 / fully-async trainers; the legacy loop would ignore it"
+    if _get(cfg, "skip.rollout.enable", False) and (_curriculum_on(cfg, recipe) or recipe == "composer"):
+        return ("skip.rollout.enable (verl's rollout dump/replay keyed by step) replays one generation call per step; "
+                "fast DAPO's curriculum and the Composer make several, so a replay by step would be wrong")
     return None
 
 
@@ -199,7 +201,10 @@ FEATURES: tuple[Feature, ...] = (
         "function; the colocated one (`enable_resource_pool=false`) is rejected",
         _reward_model,
     ),
-    Feature("skip.* (rollout dump/replay)", REJECTED, "replay by step is wrong under a curriculum", _skip),
+    Feature("skip.rollout (rollout dump/replay)", PARTIAL,
+            "verl's SkipManager, initialised and stepped as verl's fit does; rejected with fast DAPO's curriculum "
+            "and the Composer (several generation calls per step), and skip.rollout_tq / skip.async_rollout "
+            "(other trainers' keys) everywhere", _skip),
     Feature(
         "algorithm.filter_groups", REJECTED, "verl-recipe's key, ignored by verl's fit: use fast_dapo", _filter_groups
     ),

@@ -55,6 +55,7 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
+from verl.utils.skip.skip_manager import SkipManager
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
@@ -397,6 +398,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)
         self._rollout_awake = True
+        SkipManager.init(self.config)  # skip.rollout: verl's rollout dump/replay, keyed by the step set below
         jsonl_path = self.config.trainer.get("jsonl_metrics_path")
         if jsonl_path:
             self.metrics_log = JsonlMetricsWriter(jsonl_path, resume_from_step=self.global_steps)
@@ -424,6 +426,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             while True:
                 is_last = self.global_steps >= self.total_training_steps
                 self._finalize_async_calls(blocking=False)
+                SkipManager.set_step(self.global_steps)
                 # The profile window opens before the step's data is generated: a curriculum's generation calls
                 # for this step happen inside training_batches().
                 self._profiling_step = self.profile.profiled(self.global_steps)
