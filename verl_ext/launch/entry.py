@@ -8,8 +8,9 @@ command line, see job.py):
 2. Watches the cluster's nodes while it runs. When a node that was alive at the start dies, the job must not hang:
    verl's collective calls (gloo/NCCL) can wait on the lost rank long after Ray has marked the node dead. The watch
    prints which node was lost (id, IP, Ray's death reason), gives the run `--lost-node-grace-s` to fail by itself,
-   then stops it and exits 1 with a message naming the node. The time to fail is bounded by Ray's health check
-   (~15 s by default) plus that grace.
+   then stops it and exits 3 with a message naming the node. The time to fail is bounded by Ray's health check
+   (~15 s by default) plus that grace. A run that fails by itself first (a worker actor on the node died) is still
+   attributed to the node if Ray declares it dead within `--lost-node-settle-s`.
 3. Writes the resolved config to <run-dir>/config.yaml and prints the run's small outputs (metrics.jsonl, plots,
    config) into the log for the client to collect (artifacts.py), whether the run succeeded or not.
 """
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--module", required=True, help="python -m <module>, e.g. recipe.fast_dapo.main")
     p.add_argument("--jsonl", type=Path, default=None, help="the run's metrics.jsonl (default <run-dir>/metrics.jsonl)")
     p.add_argument("--lost-node-grace-s", type=float, default=30.0)
+    p.add_argument("--lost-node-settle-s", type=float, default=20.0,
+                   help="after a failed run, how long to watch for a node being declared dead")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
 
@@ -137,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     watch.start()
     try:
         rc = child.wait()
+        if rc != 0 and watch.is_alive() and watch.initial:
+            # The run may fail on its own (a worker's actor died) before Ray has declared the node dead: keep
+            # watching a little so that the failure is attributed to the lost node.
+            watch.join(timeout=args.lost_node_settle_s)
     except BaseException:  # the job was stopped (SIGTERM/SIGINT): take the run down with us
         _stop_child(child)
         raise
