@@ -9,13 +9,14 @@ logger = logging.getLogger(__name__)
 
 
 def _load() -> None:
-    from verl_ext import advantage, composer, cpu
+    from verl_ext import advantage, agent, composer, cpu
     from verl_ext.cpu import platform  # noqa: F401  registers "cpu"; never auto-detected, only by VERL_PLATFORM=cpu
 
     if cpu.is_requested():
         cpu.activate()
     advantage.register()  # maxrl, gtpo, gtpo_hicra, gtpo_sepa, composable in verl's estimator registry
     composer.register()  # grpo_composer
+    agent.register()  # the external_agent agent loop (verl_ext/agent/external_loop.py)
 
 
 try:
