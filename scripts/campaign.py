@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("spec")
     p.add_argument("--out-root", default="outputs/campaign")
     p.add_argument("--only", nargs="+", help="condition names to run (default: all)")
+    p.add_argument("--runs", nargs="+", metavar="LABEL", help="run labels to run, e.g. grpo+none_s0 (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--submit", metavar="ADDRESS", help="run each (condition, seed) as a Ray job on this cluster")
     p.add_argument("--local-root", default="outputs/campaign", help="--submit: where outputs are collected")
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"--only: unknown conditions {sorted(unknown)}; the spec has {list(spec.conditions)}")
         plans = [r for r in plans if r.condition in args.only]
+    if args.runs:
+        unknown = set(args.runs) - {r.label for r in spec.runs(args.out_root)}
+        if unknown:
+            raise SystemExit(f"--runs: unknown runs {sorted(unknown)}; labels are <condition>_s<seed>")
+        plans = [r for r in plans if r.label in args.runs]
     if spec.plot_keys:
         from verl_ext.metrics_log.plot import require_matplotlib
 
