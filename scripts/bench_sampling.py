@@ -18,9 +18,20 @@ gen_batch_size per mode (the knob that sets how many calls a step needs; printed
   holds train_batch_size x N responses, as many as one DAPO round. At equal call size the ratio of calls per step
   can only be the ratio of responses per group (the cost model's DAPO / two-phase, about 1.25x here).
 
+Second part, the pass-rate memory (GRESO-style, ``verl_ext.curriculum.memory``): a fixed data set of
+``--dataset-size`` prompts (pass rates drawn once from the histogram, fixed: the policy does not learn) read for
+``--epochs`` epochs (shuffled each epoch), as the trainer's dataloader does. Side by side: dapo, fast without memory,
+fast with the default memory, then fast with other ``skip_all_wrong`` values (the trade-off). Per epoch: responses
+per training group, fraction of prompts skipped, and the share of informative prompts still screened, where a
+prompt's informativeness is the probability 1 - p^N - (1-p)^N that its N responses are mixed (a non-zero GRPO
+advantage), so share = sum over screened prompts / sum over offered prompts. "model" is the cost model's
+``memory_epoch_cost`` for the second epoch. Goal (issue 13): second epoch <= 20 responses per training group with
+>= 0.8 of the informative prompts screened.
+
 Usage:
     .venv/bin/python scripts/bench_sampling.py [--N 16] [--n 4] [--train-batch-size 32] [--steps 200]
         [--workers 2] [--histogram verl_ext/curriculum/data/qwen25_math_1p5b_pass32.json] [--seed 0]
+        [--part all|steps|memory] [--dataset-size 4096] [--epochs 2]
 """
 
 from __future__ import annotations
@@ -28,22 +39,24 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from verl import DataProto
 
-from verl_ext.curriculum.controller import DataController
+from verl_ext.curriculum.controller import PHASE_KEY, SCREEN, DataController
 from verl_ext.curriculum.cost_model import (
     DEFAULT_HISTOGRAM,
     PassRateDistribution,
     dapo_cost,
     load_pass_histogram,
+    memory_epoch_cost,
     oracle_cost,
     two_phase_cost,
 )
 from verl_ext.curriculum.dataproto_ops import pad_to_multiple
+from verl_ext.curriculum.memory import MemorySettings
 
 PROMPT_LEN, RESPONSE_LEN = 8, 8
 
@@ -56,9 +69,14 @@ class SimulatedPolicy:
         self.rng = np.random.default_rng(seed)
         self.next_uid = 0
 
-    def fresh_prompts(self, k: int) -> DataProto:
+    def fresh_prompts(self, k: int, pass_rate: np.ndarray | None = None, index: np.ndarray | None = None) -> DataProto:
+        """k new prompt rows; pass rates drawn from the histogram unless given (a fixed data set's rows)."""
         uids = np.array([f"p{self.next_uid + i}" for i in range(k)], dtype=object)
         self.next_uid += k
+        if pass_rate is None:
+            pass_rate = self.dist.sample(k, self.rng)
+        if index is None:
+            index = np.arange(self.next_uid - k, self.next_uid)
         lengths = torch.from_numpy(self.rng.integers(2, PROMPT_LEN + 1, size=k))
         mask = (torch.arange(PROMPT_LEN)[None, :] >= PROMPT_LEN - lengths[:, None]).long()  # left-padded
         return DataProto.from_dict(
@@ -67,7 +85,7 @@ class SimulatedPolicy:
                 "attention_mask": mask,
                 "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
             },
-            non_tensors={"uid": uids, "pass_rate": self.dist.sample(k, self.rng).astype(object)},
+            non_tensors={"uid": uids, "pass_rate": pass_rate.astype(object), "index": index.astype(np.int64)},
         )
 
     def generate(self, gen_batch: DataProto) -> DataProto:
@@ -115,6 +133,148 @@ def run(label, mode, gen_batch_size, args, dist, predicted_per_group, keep) -> R
                   time.perf_counter() - start)
 
 
+@dataclass
+class EpochStats:
+    responses: int = 0  # generated for prompts drawn in this epoch
+    groups: int = 0  # training groups of prompts drawn in this epoch
+    calls: int = 0  # generation calls while this epoch's prompts were drawn
+    steps: int = 0  # training steps taken meanwhile
+    offered: int = 0
+    skipped: int = 0
+    informative_offered: float = 0.0  # sum of P(N responses mixed) over offered prompts
+    informative_screened: float = 0.0  # the same over screened prompts
+
+    @property
+    def per_group(self) -> float:
+        return self.responses / self.groups if self.groups else math.nan
+
+    @property
+    def share(self) -> float:
+        return self.informative_screened / self.informative_offered if self.informative_offered else math.nan
+
+
+def run_epochs(mode, gen_batch_size, args, rates, memory: MemorySettings | None) -> list[EpochStats]:
+    """The trainer loop over a fixed data set for args.epochs epochs.
+
+    Responses and training groups are attributed to the epoch in which their prompt was drawn (a prompt screened
+    at the end of an epoch is continued and trained in the next one), so the per-epoch figures carry no pipeline
+    fill or drain. Groups ready but fewer than a batch when the data is used up count as trained (a longer run
+    would train them). Calls per step are counted in the calls made while the epoch's prompts were drawn.
+    """
+    ctrl = DataController(args.train_batch_size, n=args.n, n_continue=args.N - args.n, mode=mode, memory=memory)
+    policy = SimulatedPolicy(PassRateDistribution(points=((0.5, 1.0),), bins=()), args.seed)  # rates are given
+    order_rng = np.random.default_rng(args.seed + 1)
+    informative = 1.0 - rates**args.N - (1.0 - rates) ** args.N
+    stats = [EpochStats() for _ in range(args.epochs)]
+    epoch_of_uid: dict[str, int] = {}
+    steps = [0] * args.epochs
+
+    def epochs_of(uids) -> np.ndarray:
+        return np.fromiter((epoch_of_uid[u] for u in uids), dtype=np.int64, count=len(uids))
+
+    def train(epoch):
+        batch = ctrl.get_training_data()
+        steps[epoch] += 1
+        for e, count in zip(*np.unique(epochs_of(batch.non_tensor_batch["uid"][:: args.N]), return_counts=True)):
+            stats[e].groups += int(count)
+
+    def generate(epoch):
+        gen_in = ctrl.get_generation_inputs()
+        stats[epoch].calls += 1
+        for e, count in zip(*np.unique(epochs_of(gen_in.non_tensor_batch["uid"]), return_counts=True)):
+            stats[e].responses += int(count)
+        screen = gen_in.non_tensor_batch[PHASE_KEY] == SCREEN
+        screened_idx = np.unique(gen_in.non_tensor_batch["index"][screen].astype(np.int64))
+        stats[epoch].informative_screened += float(informative[screened_idx].sum())
+        ctrl.update(policy.generate(pad_to_multiple(gen_in, args.workers)[0]))
+
+    for epoch in range(args.epochs):
+        order = order_rng.permutation(len(rates))
+        for start in range(0, len(order), gen_batch_size):
+            idx = order[start : start + gen_batch_size]
+            while ctrl.is_ready_for_training():
+                train(epoch)
+            fresh = policy.fresh_prompts(len(idx), rates[idx], idx)
+            epoch_of_uid.update(dict.fromkeys(fresh.non_tensor_batch["uid"], epoch))
+            before = ctrl.counters["prompts_skipped_by_memory"]
+            ctrl.add_fresh_prompts(fresh)
+            stats[epoch].skipped += ctrl.counters["prompts_skipped_by_memory"] - before
+            stats[epoch].offered += len(idx)
+            stats[epoch].informative_offered += float(informative[idx].sum())
+            if ctrl.has_generation_inputs:
+                generate(epoch)
+    last = args.epochs - 1
+    while ctrl.has_generation_inputs or ctrl.is_ready_for_training():  # the data is used up: finish what is held
+        train(last) if ctrl.is_ready_for_training() else generate(last)
+    leftover = ctrl.prompts_for_training
+    if leftover is not None:
+        for e, count in zip(*np.unique(epochs_of(leftover.non_tensor_batch["uid"][:: args.N]), return_counts=True)):
+            stats[e].groups += int(count)
+    for e, s in enumerate(stats):
+        s.steps = steps[e]
+    return stats
+
+
+def memory_part(args, dist) -> None:
+    N, n, tbs = args.N, args.n, args.train_batch_size
+    rates = dist.sample(args.dataset_size, np.random.default_rng(args.seed + 2))
+    gbs_fast = math.ceil(tbs / dist.expected_keep(n))
+    default = MemorySettings(enable=True, key="index", seed=args.seed)
+    rows = [
+        ("dapo", "dapo", tbs, None),
+        ("fast, no memory", "fast", gbs_fast, None),
+        ("fast + memory (default)", "fast", gbs_fast, default),
+        ("dapo + memory (default)", "dapo", tbs, default),
+    ]
+    for b in args.sweep:
+        rows.append((f"fast + memory b_w={b:g}", "fast", gbs_fast, replace(default, skip_all_wrong=b)))
+    print(f"\npass-rate memory: {args.dataset_size} prompts x {args.epochs} epochs, pass rates fixed; "
+          f"memory default {default}")
+    epochs = range(1, args.epochs + 1)
+    header = f"{'mode':<26}{'gen_bs':>7}" + "".join(
+        f"{f'resp/grp e{e}':>13}{f'skip e{e}':>9}{f'inform e{e}':>11}{f'calls/step e{e}':>16}" for e in epochs
+    ) + f"{'resp/grp all':>13}{'model e2':>9}{'inform model':>13}"
+    print(header + "\n" + "-" * len(header))
+    results = {}
+    for label, mode, gbs, memory in rows:
+        stats = run_epochs(mode, gbs, args, rates, memory)
+        results[label] = stats
+        line = f"{label:<26}{gbs:>7}"
+        for e in stats:
+            calls = e.calls / e.steps if e.steps else math.nan
+            line += f"{e.per_group:>13.2f}{e.skipped / e.offered:>9.3f}{e.share:>11.3f}{calls:>16.3f}"
+        total = sum(e.responses for e in stats) / max(sum(e.groups for e in stats), 1)
+        model_cost, model_share = "", ""
+        if mode == "fast":
+            b_w = 0.0 if memory is None else min(memory.skip_all_wrong, memory.max_skip)
+            b_c = 0.0 if memory is None else min(memory.skip_all_correct, memory.max_skip)
+            cost, share = memory_epoch_cost(dist, n, N, b_w, b_c)
+            model_cost, model_share = f"{cost:.2f}", f"{share:.3f}"
+        print(line + f"{total:>13.2f}{model_cost:>9}{model_share:>13}", flush=True)
+
+    if args.epochs >= 2:
+        e2 = results["fast + memory (default)"][1]
+        met = e2.per_group <= 20 and e2.share >= 0.8
+        print(f"\nfast + memory (default), epoch 2: {e2.per_group:.2f} responses per training group (goal <= 20), "
+              f"{e2.share:.3f} of informative prompts screened (goal >= 0.8): {'PASS' if met else 'FAIL'}")
+        dapo2, fast2 = results["dapo"][1], results["fast, no memory"][1]
+        print(f"epoch 2 responses per training group: dapo {dapo2.per_group:.2f}, fast {fast2.per_group:.2f}, "
+              f"fast + memory {e2.per_group:.2f} ({fast2.per_group / e2.per_group:.3f}x fewer than fast, "
+              f"{dapo2.per_group / e2.per_group:.3f}x fewer than dapo)")
+        # The trade-off is set by the data: any rule that skips on one earlier uniform screening moves along the
+        # cost model's line between these points; print where it crosses each goal.
+        for b in np.linspace(0, 1, 101):
+            if memory_epoch_cost(dist, n, N, b, 0.0)[0] <= 20:
+                print(f"cost model, epoch 2: <= 20 responses per group needs skip_all_wrong >= {b:.2f}, where only "
+                      f"{memory_epoch_cost(dist, n, N, b, 0.0)[1]:.3f} of the informative prompts are screened")
+                break
+        for b in np.linspace(1, 0, 101):
+            if memory_epoch_cost(dist, n, N, b, 0.0)[1] >= 0.8:
+                print(f"cost model, epoch 2: >= 0.8 informative screened allows skip_all_wrong <= {b:.2f}, at "
+                      f"{memory_epoch_cost(dist, n, N, b, 0.0)[0]:.2f} responses per group")
+                break
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--N", type=int, default=16, help="responses per training group")
@@ -124,7 +284,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="agent-loop workers the fused batch is padded for")
     parser.add_argument("--histogram", default=str(DEFAULT_HISTOGRAM), help="pass-rate histogram JSON")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--part", choices=("all", "steps", "memory"), default="all",
+                        help="steps: the modes over fresh prompts; memory: the pass-rate memory over epochs")
+    parser.add_argument("--dataset-size", type=int, default=4096, help="prompts in the data set (memory part)")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs over the data set (memory part)")
+    parser.add_argument("--sweep", type=float, nargs="*", default=[0.2, 0.6, 0.8, 0.9],
+                        help="other skip_all_wrong values shown with fast + memory")
     args = parser.parse_args()
+    if args.dataset_size < 1 or args.epochs < 1:
+        parser.error("--dataset-size and --epochs must be >= 1")
 
     dist = load_pass_histogram(args.histogram)
     N, n, tbs = args.N, args.n, args.train_batch_size
@@ -134,6 +302,10 @@ def main() -> None:
     print(f"N={N} n={n} train_batch_size={tbs} steps={args.steps} workers={args.workers} seed={args.seed}")
     print(f"cost model (responses per training group): dapo {cost_dapo:.2f}  two-phase {cost_fast:.2f}  "
           f"oracle {cost_oracle:.0f}   keep_N={keep_N:.4f} keep_n={keep_n:.4f}")
+    if args.part in ("all", "memory"):
+        memory_part(args, dist)
+    if args.part == "memory":
+        return
 
     gbs_fast = math.ceil(tbs / keep_n)
     gbs_fast_equal = round(tbs * N / (n + keep_n * (N - n)))

@@ -10,6 +10,7 @@ from verl_ext.curriculum.cost_model import (
     DEFAULT_HISTOGRAM,
     dapo_cost,
     load_pass_histogram,
+    memory_epoch_cost,
     oracle_cost,
     parse_pass_histogram,
     two_phase_cost,
@@ -118,3 +119,35 @@ def test_bad_cost_arguments():
         two_phase_cost(dist, 17, 16)
     with pytest.raises(ValueError, match="k >= 1"):
         dist.expected_keep(0)
+
+
+def test_expect_is_exact_for_polynomials():
+    dist = parse_pass_histogram(SEED_HISTOGRAM)
+    for k in (1, 4, 16):
+        assert dist.expect(lambda p, k=k: 1 - p**k - (1 - p) ** k) == pytest.approx(dist.expected_keep(k), rel=1e-12)
+
+
+def test_memory_epoch_cost_without_skipping_is_the_two_phase_cost():
+    dist = parse_pass_histogram(SEED_HISTOGRAM)
+    cost, share = memory_epoch_cost(dist, 4, 16, 0.0, 0.0)
+    assert cost == pytest.approx(two_phase_cost(dist, 4, 16), rel=1e-12) and share == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("b_w", "b_c"), [(0.5, 0.8), (0.9, 0.0), (0.3, 0.3)])
+def test_memory_epoch_cost_matches_a_monte_carlo_of_two_epochs(b_w, b_c):
+    """Slow reference: draw prompts, screen each with n Bernoulli responses in epoch 1, skip by the outcome in
+    epoch 2, count responses and kept prompts; informative = the N-response group of epoch 2 would be mixed."""
+    n, N, m = 4, 16, 400_000
+    rng = np.random.default_rng(0)
+    p = parse_pass_histogram(SEED_HISTOGRAM).sample(m, rng)
+    first = rng.binomial(n, p)
+    skip_p = np.where(first == 0, b_w, np.where(first == n, b_c, 0.0))
+    screened = rng.random(m) >= skip_p
+    second = rng.binomial(n, p)
+    kept = screened & (second > 0) & (second < n)
+    cost = (n * screened.sum() + (N - n) * kept.sum()) / kept.sum()
+    group = rng.binomial(N, p)
+    informative = (group > 0) & (group < N)
+    want_cost, want_share = memory_epoch_cost(parse_pass_histogram(SEED_HISTOGRAM), n, N, b_w, b_c)
+    assert cost == pytest.approx(want_cost, rel=0.01)
+    assert (screened & informative).sum() / informative.sum() == pytest.approx(want_share, abs=0.01)

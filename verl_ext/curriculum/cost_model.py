@@ -8,6 +8,15 @@ whose responses are independent Bernoulli(p) draws:
     two-phase  = n / keep_n + (N - n)       n to screen every prompt, N - n more for each kept one
     oracle     = N                          only mixed prompts are ever sampled
 
+With the pass-rate memory (``verl_ext.curriculum.memory``), in the epoch after every prompt was screened once and
+with pass rates unchanged, a prompt is screened with probability s(p) = 1 - b_w (1-p)^n - b_c p^n (b_w, b_c: the
+skip probabilities after one all-wrong / all-correct screening, each capped at max_skip), so
+
+    two-phase + memory = n E[s] / E[s keep_n(p)] + (N - n)
+    informative screened = E[s mixed_N(p)] / E[mixed_N(p)],  mixed_N(p) = 1 - p^N - (1-p)^N
+
+("informative": its group of N responses would be mixed, i.e. give a non-zero GRPO advantage).
+
 Histogram interpretation (the seed's pass@32 dict, e.g. ``{'zeros': 0.34, 'ones': 0.0, '0.0-0.1': 0.26, ...}``):
 'zeros' is a point mass at p = 0, 'ones' at p = 1, and each 'a-b' bin's mass is spread uniformly over [a, b]
 (a continuous stand-in for the empirical k/32 values it holds). Masses are normalised to sum to 1 (the seed's
@@ -42,6 +51,15 @@ class PassRateDistribution:
         total = sum(w * (1.0 - p**k - (1.0 - p) ** k) for p, w in self.points)
         for a, b, w in self.bins:
             total += w * (1.0 - _uniform_power_mean(a, b, k) - _uniform_power_mean(1.0 - b, 1.0 - a, k))
+        return total
+
+    def expect(self, f) -> float:
+        """E[f(p)] for a vectorised ``f``: exact for polynomials of degree < 64 (32-node Gauss-Legendre per bin)."""
+        total = sum(w * float(f(np.array([p]))[0]) for p, w in self.points)
+        nodes, weights = np.polynomial.legendre.leggauss(32)
+        for a, b, w in self.bins:
+            x = (a + b) / 2 + (b - a) / 2 * nodes
+            total += w * float(np.sum(weights * f(x))) / 2
         return total
 
     def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -107,6 +125,28 @@ def two_phase_cost(dist: PassRateDistribution, n: int, N: int) -> float:
         raise ValueError(f"two_phase_cost needs 1 <= n <= N, got n={n}, N={N}")
     keep = dist.expected_keep(n)
     return n / keep + (N - n) if keep > 0 else math.inf
+
+
+def memory_epoch_cost(
+    dist: PassRateDistribution, n: int, N: int, skip_all_wrong: float, skip_all_correct: float
+) -> tuple[float, float]:
+    """(responses per training group, informative share screened) of two-phase sampling with the pass-rate memory,
+    in the epoch after each prompt was screened once (age 1, streak 1, pass rates unchanged): formulas above.
+    ``skip_all_wrong`` / ``skip_all_correct`` are the effective skip probabilities (already capped)."""
+    if not 1 <= n <= N:
+        raise ValueError(f"memory_epoch_cost needs 1 <= n <= N, got n={n}, N={N}")
+
+    def screened(p):
+        return 1.0 - skip_all_wrong * (1.0 - p) ** n - skip_all_correct * p**n
+
+    def mixed(p, k):
+        return 1.0 - p**k - (1.0 - p) ** k
+
+    kept = dist.expect(lambda p: screened(p) * mixed(p, n))
+    cost = n * dist.expect(screened) / kept + (N - n) if kept > 0 else math.inf
+    informative = dist.expect(lambda p: mixed(p, N))
+    share = dist.expect(lambda p: screened(p) * mixed(p, N)) / informative if informative > 0 else math.nan
+    return cost, share
 
 
 def oracle_cost(N: int) -> float:

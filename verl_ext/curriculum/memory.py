@@ -24,9 +24,11 @@ multiplied by ``decay`` because the evidence is getting older while the policy m
 exploration floor: every prompt is screened with probability >= ``1 - max_skip`` at every visit, so no prompt is
 skipped forever. A skipped prompt gets no new observation (nothing was generated for it).
 
-Defaults (``MemorySettings``): skip_all_wrong 0.5, skip_all_correct 0.8, decay 0.5, max_skip 0.9. The two-epoch
-simulation of scripts/bench_sampling.py (docs/PASS_RATE_MEMORY.md) shows the trade-off between responses per
-training group and the share of informative prompts still screened that these constants strike.
+Defaults (``MemorySettings``): skip_all_wrong 0.4, skip_all_correct 0.6, decay 0.5, max_skip 0.9. skip_all_wrong is
+the largest value that still screens >= 80% of the informative prompts (those whose N responses would be mixed) in
+the second epoch of the simulated benchmark (scripts/bench_sampling.py, docs/PASS_RATE_MEMORY.md: the measured
+trade-off between responses per training group and informative prompts screened); all-correct prompts are skipped
+more readily because a learning policy rarely unlearns them.
 
 Decisions draw one uniform number per offered prompt from the memory's own seeded ``numpy`` generator, whose state
 is part of ``state_dict()``: a resumed run makes the same decisions as an uninterrupted one. State is five arrays
@@ -63,8 +65,8 @@ class MemorySettings:
 
     enable: bool = False
     key: str = "raw_prompt"
-    skip_all_wrong: float = 0.5
-    skip_all_correct: float = 0.8
+    skip_all_wrong: float = 0.4
+    skip_all_correct: float = 0.6
     decay: float = 0.5
     max_skip: float = 0.9
     seed: int = 0
