@@ -4,15 +4,15 @@ Drives the real ``DataController`` with real ``DataProto`` batches (small tensor
 when the controller is not ready, take ``gen_batch_size`` fresh prompts, make ONE fused generation call (padded
 for ``--workers`` agent-loop workers with ``pad_to_multiple``), score, ``update``; when ready, take a training
 batch. The policy is simulated: every prompt gets a pass rate drawn from a pass-rate histogram (default: the
-Qwen2.5-Math-1.5B pass@32 histogram of seed 002; bins uniform, as in ``cost_model``) and every response is a
-Bernoulli draw of it. Rows come back shuffled, as from verl's agent loop.
+Qwen2.5-Math-1.5B pass@32 histogram of the SPEED-RL experiment log; bins uniform, as in ``cost_model``) and every
+response is a Bernoulli draw of it. Rows come back shuffled, as from verl's agent loop.
 
 gen_batch_size per mode (the knob that sets how many calls a step needs; printed in the table):
 - plain: train_batch_size (every group is used: one call per step).
 - dapo:  train_batch_size (the smallest batch that can fill a step in one round; verl-recipe's larger
   gen_batch_size; surplus mixed groups are dropped when a batch is taken, as in verl-recipe).
 - fast (default, "one call/step"): ceil(train_batch_size / keep_n) with keep_n = E[1-p^n-(1-p)^n] from the cost
-  model: the seed's design, one fused call per training step on average. Such a call holds about
+  model: SPEED-RL's design, one fused call per training step on average. Such a call holds about
   train_batch_size x two-phase cost responses, more than a DAPO round's train_batch_size x N ("resp/call").
 - fast ("equal call size", a reference row, no goal verdict): gen_batch_size such that the expected fused call
   holds train_batch_size x N responses, as many as one DAPO round. At equal call size the ratio of calls per step

@@ -16,7 +16,7 @@ from verl_ext.curriculum.cost_model import (
     two_phase_cost,
 )
 
-SEED_HISTOGRAM = {  # seed 002, Qwen2.5-Math-1.5B pass@32, as printed there
+SPEED_RL_HISTOGRAM = {  # Qwen2.5-Math-1.5B pass@32 of the SPEED-RL experiment log, as printed there
     "zeros": 0.34, "ones": 0.0, "0.0-0.1": 0.26, "0.1-0.2": 0.132, "0.2-0.3": 0.086, "0.3-0.4": 0.06,
     "0.4-0.5": 0.045, "0.5-0.6": 0.034, "0.6-0.7": 0.024, "0.7-0.8": 0.008, "0.8-0.9": 0.005, "0.9-1.0": 0.0,
 }
@@ -50,9 +50,9 @@ def random_histogram(rng: np.random.Generator) -> dict:
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 8, 16, 32])
-def test_expected_keep_matches_integration_on_seed_histogram(k):
-    expected = reference_keep(SEED_HISTOGRAM, k)
-    assert parse_pass_histogram(SEED_HISTOGRAM).expected_keep(k) == pytest.approx(expected, rel=1e-6)
+def test_expected_keep_matches_integration_on_speed_rl_histogram(k):
+    expected = reference_keep(SPEED_RL_HISTOGRAM, k)
+    assert parse_pass_histogram(SPEED_RL_HISTOGRAM).expected_keep(k) == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -84,11 +84,11 @@ def test_monte_carlo_of_the_sampling_process_agrees():
         assert abs(kept / trials - expected) < 4 * sigma
 
 
-def test_shipped_file_is_the_seed_histogram():
+def test_shipped_file_is_the_speed_rl_histogram():
     with open(DEFAULT_HISTOGRAM) as f:
-        assert json.load(f)["histogram"] == SEED_HISTOGRAM
+        assert json.load(f)["histogram"] == SPEED_RL_HISTOGRAM
     shipped = load_pass_histogram()
-    assert shipped == parse_pass_histogram(SEED_HISTOGRAM)
+    assert shipped == parse_pass_histogram(SPEED_RL_HISTOGRAM)
     assert sum(w for _, w in shipped.points) + sum(w for *_, w in shipped.bins) == pytest.approx(1.0)
 
 
@@ -122,13 +122,13 @@ def test_bad_cost_arguments():
 
 
 def test_expect_is_exact_for_polynomials():
-    dist = parse_pass_histogram(SEED_HISTOGRAM)
+    dist = parse_pass_histogram(SPEED_RL_HISTOGRAM)
     for k in (1, 4, 16):
         assert dist.expect(lambda p, k=k: 1 - p**k - (1 - p) ** k) == pytest.approx(dist.expected_keep(k), rel=1e-12)
 
 
 def test_memory_epoch_cost_without_skipping_is_the_two_phase_cost():
-    dist = parse_pass_histogram(SEED_HISTOGRAM)
+    dist = parse_pass_histogram(SPEED_RL_HISTOGRAM)
     cost, share = memory_epoch_cost(dist, 4, 16, 0.0, 0.0)
     assert cost == pytest.approx(two_phase_cost(dist, 4, 16), rel=1e-12) and share == pytest.approx(1.0)
 
@@ -139,7 +139,7 @@ def test_memory_epoch_cost_matches_a_monte_carlo_of_two_epochs(b_w, b_c):
     epoch 2, count responses and kept prompts; informative = the N-response group of epoch 2 would be mixed."""
     n, N, m = 4, 16, 400_000
     rng = np.random.default_rng(0)
-    p = parse_pass_histogram(SEED_HISTOGRAM).sample(m, rng)
+    p = parse_pass_histogram(SPEED_RL_HISTOGRAM).sample(m, rng)
     first = rng.binomial(n, p)
     skip_p = np.where(first == 0, b_w, np.where(first == n, b_c, 0.0))
     screened = rng.random(m) >= skip_p
@@ -148,6 +148,6 @@ def test_memory_epoch_cost_matches_a_monte_carlo_of_two_epochs(b_w, b_c):
     cost = (n * screened.sum() + (N - n) * kept.sum()) / kept.sum()
     group = rng.binomial(N, p)
     informative = (group > 0) & (group < N)
-    want_cost, want_share = memory_epoch_cost(parse_pass_histogram(SEED_HISTOGRAM), n, N, b_w, b_c)
+    want_cost, want_share = memory_epoch_cost(parse_pass_histogram(SPEED_RL_HISTOGRAM), n, N, b_w, b_c)
     assert cost == pytest.approx(want_cost, rel=0.01)
     assert (screened & informative).sum() / informative.sum() == pytest.approx(want_share, abs=0.01)

@@ -1,6 +1,6 @@
-"""Bookkeeping for two-phase curriculum sampling ("fast DAPO", SPEED-RL, arXiv 2506.09016; seed 002).
+"""Bookkeeping for two-phase curriculum sampling ("fast DAPO", SPEED-RL, arXiv 2506.09016).
 
-Algorithm (ALGORITHMS.md section 5). Screening: sample ``n`` responses for each fresh prompt and keep the prompt
+Algorithm (docs/ALGORITHMS.md section 5). Screening: sample ``n`` responses for each fresh prompt and keep the prompt
 iff the filter metric's std over them is > 0 (its pass rate is strictly inside (0, 1)). Continuation: sample
 ``n_continue = N - n`` more for each kept prompt; the prompt's N responses form one training group. One
 generation call per iteration carries both the screening of fresh prompts and the continuation of the prompts
@@ -9,7 +9,9 @@ kept by the previous call. Any n and N work: the repeat count is set per prompt 
 Modes, for side-by-side comparison in one trainer:
 - ``fast``:  the two-phase scheme above (needs n >= 2: the std of one response is always 0).
 - ``dapo``:  verl-recipe DAPO dynamic sampling: N responses per fresh prompt in one shot, drop groups whose metric
-  is uniform, keep mixed ones. Unlike the recipe, surplus groups are buffered for the next step, never trimmed.
+  is uniform, keep mixed ones. As in the recipe, mixed groups beyond the training batch are dropped when a batch is
+  taken (``get_training_data``; counted in ``surplus_groups_dropped``), not kept for the next step: they would be
+  trained on one update late.
 - ``plain``: N responses per prompt, every group goes to training (no filter).
 
 Assumptions: the caller assigns a unique ``uid`` string per fresh prompt; generated rows come back (in any order,
@@ -26,6 +28,9 @@ State, one ``DataProto`` (or None) per stage, rows in FIFO order:
   screened_responses                   the n screening responses of kept prompts awaiting continuation
   prompts_for_training                 complete groups of N responses, each uid's rows contiguous
 Buffered rows carry no meta_info (verl's concat refuses differing meta_info, e.g. per-call timings).
+
+Optional pass-rate memory (``memory=``; GRESO, arXiv 2506.02177; rule in ``verl_ext.curriculum.memory``): fresh
+prompts that screened uniform in an earlier epoch may be skipped before screening (fast and dapo modes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cost model of two-phase curriculum sampling (SPEED-RL, arXiv 2506.09016; ALGORITHMS.md section 5).
+"""Cost model of two-phase curriculum sampling (SPEED-RL, arXiv 2506.09016; docs/ALGORITHMS.md section 5).
 
 Responses generated per training-ready group of N, for prompts whose pass rates p follow a distribution P and
 whose responses are independent Bernoulli(p) draws:
@@ -17,10 +17,11 @@ skip probabilities after one all-wrong / all-correct screening, each capped at m
 
 ("informative": its group of N responses would be mixed, i.e. give a non-zero GRPO advantage).
 
-Histogram interpretation (the seed's pass@32 dict, e.g. ``{'zeros': 0.34, 'ones': 0.0, '0.0-0.1': 0.26, ...}``):
-'zeros' is a point mass at p = 0, 'ones' at p = 1, and each 'a-b' bin's mass is spread uniformly over [a, b]
-(a continuous stand-in for the empirical k/32 values it holds). Masses are normalised to sum to 1 (the seed's
-Qwen2.5-Math-1.5B masses sum to 0.994: rounding). Over Uniform[a, b],
+Histogram interpretation (a pass@32 dict as in the SPEED-RL experiment log,
+e.g. ``{'zeros': 0.34, 'ones': 0.0, '0.0-0.1': 0.26, ...}``): 'zeros' is a point mass at p = 0, 'ones' at p = 1,
+and each 'a-b' bin's mass is spread uniformly over [a, b] (a continuous stand-in for the empirical k/32 values it
+holds). Masses are normalised to sum to 1 (the shipped Qwen2.5-Math-1.5B masses sum to 0.994: rounding). Over
+Uniform[a, b],
 E[p^k] = (b^(k+1) - a^(k+1)) / ((k+1)(b - a)) and E[(1-p)^k] by the same formula on [1-b, 1-a].
 """
 
@@ -77,7 +78,7 @@ def _uniform_power_mean(a: float, b: float, k: int) -> float:
 
 
 def parse_pass_histogram(histogram: dict[str, float]) -> PassRateDistribution:
-    """Parse the seed's pass@k histogram dict ('zeros', 'ones', 'a-b' keys) into a normalised distribution."""
+    """Parse a pass@k histogram dict ('zeros', 'ones', 'a-b' keys) into a normalised distribution."""
     points, bins = [], []
     for key, mass in histogram.items():
         mass = float(mass)
@@ -107,7 +108,7 @@ def parse_pass_histogram(histogram: dict[str, float]) -> PassRateDistribution:
 
 def load_pass_histogram(path: str | Path | None = None) -> PassRateDistribution:
     """Read a JSON file holding the histogram dict, either bare or under a "histogram" key.
-    Default: the Qwen2.5-Math-1.5B pass@32 histogram from seed 002."""
+    Default: the Qwen2.5-Math-1.5B pass@32 histogram of the SPEED-RL experiment log (``DEFAULT_HISTOGRAM``)."""
     with open(path or DEFAULT_HISTOGRAM) as f:
         obj = json.load(f)
     return parse_pass_histogram(obj.get("histogram", obj))
