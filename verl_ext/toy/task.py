@@ -1,10 +1,14 @@
-"""The toy task for CPU runs: copy a digit from the prompt into `\\boxed{}`.
+"""The toy task for CPU runs: copy a digit from the prompt into `\\boxed{}`, with headroom for RL.
 
-A random-init model cannot do it; the asset build warms the model up on the answer format with (mostly) random
-digits drawn uniformly, so it starts near the 1/num_digits pass rate of a format-only guess. The RL data draws the
-digits from a skewed distribution (DIGIT_WEIGHTS): a policy first gains by shifting its answers toward the frequent
-digits (learnable within a few dozen CPU steps), and further only by actually copying. Pass rates therefore differ
-across prompts and change as training goes, which gives the curriculum real work.
+Digits 0-9 are drawn uniformly, so the best constant answer passes about 1/10 of the prompts (exactly: the share of
+the most frequent digit in the set, `constant_answer_baseline`). The asset build warms the random-init model up by
+SFT on the answer format with a systematic mistake: for digit d the shown answer is d with probability
+WARMUP_CORRECT_RATE[d] (0.5 for 0 down to 0.05 for 9) and the off-by-one digit (d + 1) mod 10 otherwise. The
+warmed-up model therefore samples the right answer for some prompts and the wrong one for others, with a pass rate
+that differs by digit, and its greedy answer is often the off-by-one digit. RL has to learn, digit by digit, that
+the copy and not the off-by-one answer is rewarded; greedy validation accuracy can only exceed the constant-answer
+baseline by reading the prompt. The curriculum has real work: easy digits become all-correct, hard ones start
+nearly all-wrong.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import random
 import re
 
 DATA_SOURCE = "toy_copy_digit"
+NUM_DIGITS = 10
 _TEMPLATES = [
     "Copy the digit {d}. Put the final answer within \\boxed{{}}.",
     "Repeat this number: {d}. Put the final answer within \\boxed{{}}.",
     "The digit is {d}; write it in \\boxed{{}}.",
 ]
-DIGIT_WEIGHTS = (0.5, 0.2, 0.15, 0.1, 0.05)  # for digits 0..4; longer digit ranges get the last weight
+# Share of warm-up answers that are right, per digit; the rest show the off-by-one digit (d + 1) mod 10.
+WARMUP_CORRECT_RATE = tuple(round(0.5 - 0.05 * d, 2) for d in range(NUM_DIGITS))
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -27,16 +33,17 @@ def make_prompt(d: int, template: int) -> str:
 
 
 def answer_text(d: int) -> str:
-    return f"The answer is \\boxed{{{d}}}"
+    # Bare: the tiny model learns the copy within the warm-up budget with this form, not with a longer sentence.
+    return f"\\boxed{{{d}}}"
 
 
-def tokenizer_corpus(num_digits: int, seed: int) -> list[str]:
+def tokenizer_corpus(seed: int) -> list[str]:
     from verl_ext.toy.tokenizer import CHAT_TEMPLATE  # noqa: F401  (the template's pieces are in the prompts below)
 
     rng = random.Random(seed)
     lines = []
     for _ in range(400):
-        d = rng.randrange(10)
+        d = rng.randrange(NUM_DIGITS)
         lines.append("<|im_start|>user\n" + make_prompt(d, rng.randrange(3)) + "<|im_end|>\n<|im_start|>assistant\n")
         lines.append(answer_text(d) + "<|im_end|>")
     # Words a reasoning model writes, so planning-token detection has something realistic to find.
@@ -49,24 +56,24 @@ def tokenizer_corpus(num_digits: int, seed: int) -> list[str]:
     return lines
 
 
-def warmup_examples(spec) -> list[tuple[str, str]]:
-    rng = random.Random(spec.seed + 17)
+def warmup_examples(seed: int, size: int = 4000) -> list[tuple[str, str]]:
+    """(prompt, shown answer) pairs: the right digit with WARMUP_CORRECT_RATE[d], else the off-by-one digit."""
+    rng = random.Random(seed + 17)
     out = []
-    for _ in range(2000):
-        d = rng.randrange(spec.num_digits)
-        shown = d if rng.random() < spec.warmup_correct_frac else rng.randrange(spec.num_digits)
+    for _ in range(size):
+        d = rng.randrange(NUM_DIGITS)
+        shown = d if rng.random() < WARMUP_CORRECT_RATE[d] else (d + 1) % NUM_DIGITS
         out.append((make_prompt(d, rng.randrange(3)), answer_text(shown)))
     return out
 
 
-def write_dataset(path, size: int, num_digits: int, seed: int, split: str) -> None:
+def write_dataset(path, size: int, seed: int, split: str) -> None:
     import pandas as pd
 
     rng = random.Random(seed)
-    weights = [DIGIT_WEIGHTS[min(i, len(DIGIT_WEIGHTS) - 1)] for i in range(num_digits)]
     rows = []
     for i in range(size):
-        d = rng.choices(range(num_digits), weights=weights)[0]
+        d = rng.randrange(NUM_DIGITS)
         rows.append(
             {
                 "data_source": DATA_SOURCE,
@@ -80,8 +87,29 @@ def write_dataset(path, size: int, num_digits: int, seed: int, split: str) -> No
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
-    """verl custom reward: 1.0 iff the last \\boxed{} holds the ground truth. `acc` is the curriculum's filter metric."""
+    """verl custom reward: 1.0 iff the last \\boxed{} holds the ground truth. `acc` is the curriculum's filter
+    metric."""
     found = _BOXED.findall(solution_str or "")
     pred = found[-1].strip() if found else ""
     acc = float(pred == str(ground_truth).strip())
     return {"score": acc, "acc": acc}
+
+
+def constant_answer_baseline(path) -> tuple[str, float]:
+    """The best constant answer on a data set and its accuracy: the most frequent ground truth and its share.
+    A policy that ignores the prompt cannot do better on that set."""
+    import pandas as pd
+
+    truths = pd.read_parquet(path)["reward_model"].map(lambda r: str(r["ground_truth"]).strip())
+    counts = truths.value_counts()
+    best = sorted(counts[counts == counts.max()].index)[0]  # ties: the smallest, so the result is reproducible
+    return best, float(counts.max() / len(truths))
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description="Print the best constant answer of a toy data set and its accuracy.")
+    p.add_argument("parquet")
+    answer, acc = constant_answer_baseline(p.parse_args().parquet)
+    print(f"best constant answer {answer!r}: accuracy {acc:.4f}")

@@ -2,7 +2,7 @@
 channel on CPU (the demo preset, the benchmark and the tests), with no model and no network.
 
 POST /v1/chat/completions with {"model": ..., "messages": [...]}: model "right" answers the first digit of the last
-user message in the toy task's format, model "wrong" always answers 9 (not a digit of the toy data), any other
+user message in the toy task's format, model "wrong" always answers 10 (never a digit of the toy data), any other
 model name gets a 404. `latency_s` delays every answer, like a remote teacher.
 
     python -m verl_ext.toy.teacher_server --port 8321 [--latency-s 0.5]
@@ -25,7 +25,7 @@ _DIGIT = re.compile(r"\d")
 def toy_answer(model: str, messages: list[dict]) -> str | None:
     """The teacher's answer text, or None for an unknown model."""
     if model == "wrong":
-        return answer_text(9)
+        return answer_text(10)
     if model != "right":
         return None
     user = [m.get("content", "") for m in messages if m.get("role") == "user"]

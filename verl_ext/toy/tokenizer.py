@@ -1,4 +1,5 @@
-"""A byte-level BPE tokenizer trained locally, wrapped as a transformers fast tokenizer with a Qwen-style chat template."""
+"""A byte-level BPE tokenizer trained locally, wrapped as a transformers fast tokenizer with a Qwen-style chat
+template."""
 
 from __future__ import annotations
 
