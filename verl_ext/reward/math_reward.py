@@ -7,13 +7,14 @@ Use it as verl's custom reward function::
     # optional, any MathRewardConfig field:
     +reward.custom_reward_function.reward_kwargs.timeout_s=3.0
 
-Decision order, cheapest first. Steps 2-3 settle only cases math_verify settles the same way, except two
-documented choices (``normalize``): decimals compare exactly (``0.333333`` is not ``1/3``), and a percentage
-compares by its number (``50\\%`` equals ``50``, which math_verify rejects).
+Decision order, cheapest first. The reward is never more lenient than math_verify: steps 2-3 accept only pairs
+math_verify accepts too, apart from four listed exceptions (``normalize``'s module docstring and docs/REWARD.md:
+a trailing percent sign, a sentence-ending period, the degree signs ``°``/``\\degree``, SI thin-space thousands),
+and they are stricter in one place (decimals compare exactly: ``0.333333`` is not ``1/3``).
 1. bound the response to its last ``max_response_chars`` characters and extract the answer;
    no answer -> score 0, ``no_answer=1``; an answer longer than ``max_answer_chars`` -> score 0 (never parsed);
    an empty or missing ground truth is a data error -> ValueError;
-2. normalised strings equal -> 1 (``normalize.normalize_answer``);
+2. normalised strings equal -> 1 (``normalize.fast_verdict``);
 3. both sides plain numbers -> exact rational comparison (``normalize.as_rational``; decimals are exact here,
    where math_verify would round to 6 places);
 4. otherwise math_verify in a child process with a hard time limit (``verify_pool``); overrun -> score 0,
@@ -38,7 +39,7 @@ from functools import lru_cache
 import numpy as np
 
 from verl_ext.reward.answer_extraction import compile_answer_pattern, last_boxed, last_pattern_match
-from verl_ext.reward.normalize import as_rational, normalize_answer
+from verl_ext.reward.normalize import fast_verdict
 from verl_ext.reward.verify_pool import VerifyTimeout, shared_pool
 
 
@@ -126,14 +127,9 @@ def _verdict_cache(size: int):
 
 def _equivalent(gold: str, pred: str, cfg: MathRewardConfig) -> bool:
     """Steps 2-4 of the module docstring for one ground-truth candidate. May raise VerifyTimeout."""
-    gold_norm, pred_norm = normalize_answer(gold), normalize_answer(pred)
-    if not pred_norm:
-        return False
-    if gold_norm == pred_norm:
-        return True
-    gold_value, pred_value = as_rational(gold_norm), as_rational(pred_norm)
-    if gold_value is not None and pred_value is not None:
-        return gold_value == pred_value
+    verdict = fast_verdict(gold, pred)
+    if verdict is not None:
+        return verdict
     # VerifyTimeout propagates through lru_cache without caching, so a timed-out pair is retried next time.
     return _verdict_cache(cfg.cache_size)(gold, pred, cfg.pool_size, cfg.timeout_s)
 
