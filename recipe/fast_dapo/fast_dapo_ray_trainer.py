@@ -23,10 +23,16 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.utils.debug import marked_timer
 
+from recipe.fast_dapo.config_check import curriculum_settings
+from recipe.fast_dapo.staleness import (
+    VERSION_KEY,
+    probs_diff_by_staleness,
+    rescreen_stale,
+    staleness,
+    staleness_metrics,
+)
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
-
-from recipe.fast_dapo.config_check import curriculum_settings
 
 
 class GenerationBudgetExceeded(RuntimeError):
@@ -47,6 +53,10 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         self.data_epoch = 0  # epochs of the prompt dataloader consumed (independent of training steps)
         self.pad_rows = 0  # rows added so the fused batch splits evenly over agent-loop workers
         self._batch_stats: dict = {}
+        # Re-screen kept prompts whose screening responses are older than this many updates (None = never).
+        k = (self.config.get("curriculum") or {}).get("max_screen_staleness", None)
+        self.max_screen_staleness = None if k is None else int(k)
+        self.rescreened_prompts = 0
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
         super()._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
@@ -73,6 +83,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             "controller": self.controller.state_dict(),
             "data_epoch": self.data_epoch,
             "pad_rows": self.pad_rows,
+            "rescreened_prompts": self.rescreened_prompts,
         }
 
     def load_extra_state_dict(self, state: dict) -> None:
@@ -80,6 +91,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         self.controller.load_state_dict(state["controller"])
         self.data_epoch = int(state.get("data_epoch", 0))
         self.pad_rows = int(state.get("pad_rows", 0))
+        self.rescreened_prompts = int(state.get("rescreened_prompts", 0))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -97,6 +109,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
 
     def step_metrics(self) -> dict:
         m = {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
+        m["curriculum/rescreened_prompts"] = float(self.rescreened_prompts)
         m.update(self._batch_stats)
         return m
 
@@ -134,6 +147,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             elif self.controller.counters["prompts_awaiting_continuation"] == 0:
                 return  # every prompt of every epoch has been used; fewer than a batch of groups remain
             self._check_generation_budget()
+            self._rescreen_stale()
             with marked_timer("gen_total", timing_raw):
                 fused = self.controller.get_generation_inputs()
                 padded, n_pad = pad_to_multiple(fused, num_workers)
@@ -147,7 +161,22 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 out = self.generate(gen_batch, timing_raw)
                 rows = padded.union(out)
                 rows.non_tensor_batch.update(markers)
+                # The policy that sampled these rows: step global_steps trains with the weights generating now.
+                rows.non_tensor_batch[VERSION_KEY] = np.full(len(rows), self.global_steps, dtype=np.int64)
                 self.controller.update(rows, metric_values=self._filter_metric_values(out))
+
+    def _rescreen_stale(self) -> None:
+        if self.max_screen_staleness is not None:
+            self.rescreened_prompts += rescreen_stale(self.controller, self.global_steps, self.max_screen_staleness)
+
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        batch = super().train_on_batch(batch, metrics, timing_raw)
+        keys = batch.batch.keys()
+        if VERSION_KEY in batch.non_tensor_batch and "rollout_log_probs" in keys and "old_log_probs" in keys:
+            age = staleness(batch.non_tensor_batch[VERSION_KEY], self.global_steps)
+            metrics.update(probs_diff_by_staleness(batch.batch["rollout_log_probs"], batch.batch["old_log_probs"],
+                                                   batch.batch["response_mask"], age))
+        return batch
 
     def _describe(self, batch: DataProto) -> dict:
         """What the training step receives: its size, groups, and the share of groups whose filter metric varies."""
@@ -163,10 +192,14 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             "curriculum/train_batch_groups": float(len(lo)),
             "curriculum/train_groups_mixed_frac": float(np.mean(hi > lo)),
             "curriculum/pad_rows_total": float(self.pad_rows),
+            # Rows restored from a checkpoint written before the tag existed carry no version.
+            **(staleness_metrics(batch.non_tensor_batch[VERSION_KEY], self.global_steps)
+               if VERSION_KEY in batch.non_tensor_batch else {}),
         }
 
     def _filter_metric_values(self, out: DataProto):
-        """The filter metric per row: a reward extra key (acc, ...) if the reward returns it, else the sequence score."""
+        """The filter metric per row: a reward extra key (acc, ...) if the reward returns it, else the sequence
+        score."""
         metric = self.controller.filter_metric
         if metric in out.non_tensor_batch:
             return None

@@ -7,7 +7,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from recipe.fast_dapo.config_check import ConfigError, prepare_config
+from recipe.fast_dapo.config_check import prepare_config
 from recipe.fast_dapo.fast_dapo_ray_trainer import GenerationBudgetExceeded, RayFastDAPOTrainer
 from verl_ext.config.compose import compose_config
 from verl_ext.curriculum import DataController
@@ -38,6 +38,8 @@ def test_demo_preset_is_valid_and_n_continue_moves_out_of_verls_rollout_config()
         (["actor_rollout_ref.rollout.n_continue=-1"], "n_continue >= 0"),
         (["+curriculum.typo_key=1"], "unknown curriculum keys"),
         (["curriculum.max_num_gen_batches=-2"], "max_num_gen_batches"),
+        (["curriculum.max_screen_staleness=-1"], "max_screen_staleness must be null"),
+        (["curriculum.max_screen_staleness=soon"], "max_screen_staleness must be null"),
         (["data.gen_batch_size=0"], "gen_batch_size"),
         (["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=7"], "must divide the training batch"),
         (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5"], "must divide a mini-batch"),
@@ -54,6 +56,7 @@ def test_bad_settings_fail_before_ray(overrides, message):
 
 
 def test_plain_and_dapo_modes_validate():
+    assert prepare_config(_cfg("curriculum.max_screen_staleness=1")).mode == "fast"
     assert prepare_config(_cfg("curriculum.enable=false")).mode == "plain"
     assert prepare_config(_cfg("curriculum.mode=dapo")).mode == "dapo"
 
