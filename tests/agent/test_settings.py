@@ -18,6 +18,8 @@ def test_defaults_and_command_forms():
     assert (s.host, s.port, s.timeout_s, s.max_inflight) == ("127.0.0.1", 0, 120.0, 256)
     assert (s.on_rewrite, s.score_source, s.mode, s.max_staleness) == ("drop", "agent", "sync", 1)
     assert AgentSettings.from_mapping({"command": [PY, "x.py"], "env": {"A": 1}}).env == {"A": "1"}
+    pool = AgentSettings.from_mapping({"launch": "pool", "port": 8700})  # workers are the user's: no command
+    assert pool.command == () and pool.launch == "pool"
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,9 @@ def test_defaults_and_command_forms():
         ({"command": PY, "mode": "later"}, "mode must be one of"),
         ({"command": PY, "max_staleness": -1}, "max_staleness must be >= 0"),
         ({"command": PY, "comand": PY}, r"unknown keys \['comand'\]"),
+        ({"command": PY, "launch": "docker"}, "launch must be one of"),
+        ({"launch": "pool"}, "needs a fixed external_agent.port"),
+        ({"command": PY, "mode": "async", "max_staleness": 0}, "max_staleness must be >= 1"),
     ],
 )
 def test_bad_values_name_the_key(block, match):

@@ -11,6 +11,10 @@ The agent gets its session through environment variables only, so an unchanged O
 
 plus `external_agent.env`. The process runs in its own process group: a timeout (or shutdown) kills the agent and
 any children it started.
+
+Pool mode (`external_agent.launch=pool`): no process per episode; long-running agent workers (started by the user,
+any number) poll `GET <gateway>/tasks/next` and get `{"episode_id", "task", "base_url", "score_url"}`; the episode
+ends when its score is posted, or is dropped as `timeout` after `timeout_s`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,17 @@ async def run_agent(command: tuple[str, ...], env: dict[str, str], timeout_s: fl
             await proc.wait()
 
 
+async def wait_for_pool_worker(gateway: Gateway, session: Session, task: dict[str, Any], timeout_s: float):
+    """Pool mode: offer the episode on `GET /tasks/next`; it ends when a worker posts its score, or times out
+    (no worker took it, or the worker died or hung: the pool gives no exit code). Returns as `run_agent`."""
+    gateway.offer_task(session.episode_id, task)
+    try:
+        await asyncio.wait_for(session.scored.wait(), timeout_s)
+        return 0, False, ""
+    except TimeoutError:
+        return None, True, ""
+
+
 def agent_env(settings: AgentSettings, gateway: Gateway, episode_id: str, task: dict[str, Any]) -> dict[str, str]:
     url = gateway.session_url(episode_id)
     return {
@@ -87,9 +102,12 @@ async def run_episode(
     eid = session.episode_id
     t0 = time.monotonic()
     try:
-        exit_code, timed_out, stderr = await run_agent(
-            settings.command, agent_env(settings, gateway, eid, task), settings.timeout_s
-        )
+        if settings.launch == "pool":
+            exit_code, timed_out, stderr = await wait_for_pool_worker(gateway, session, task, settings.timeout_s)
+        else:
+            exit_code, timed_out, stderr = await run_agent(
+                settings.command, agent_env(settings, gateway, eid, task), settings.timeout_s
+            )
     finally:
         session = gateway.close_session(eid)
     outcome = decide(

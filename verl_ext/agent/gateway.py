@@ -76,6 +76,7 @@ class Session:
     score: dict[str, Any] | None = None
     closed: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    scored: asyncio.Event = field(default_factory=asyncio.Event)  # set by POST /scores (ends a pool episode)
 
 
 @dataclass
@@ -146,6 +147,7 @@ class Gateway:
         self.model_name, self.prompt_length, self.response_length = model_name, prompt_length, response_length
         self.host, self.port, self.max_inflight, self.api_key = host, port, max_inflight, api_key
         self.sessions: dict[str, Session] = {}
+        self._tasks: asyncio.Queue = asyncio.Queue()  # (episode id, task) offered to pool workers
         self.stats = GatewayStats()
         self._pending = 0  # generation requests admitted and not yet answered
         self._inflight_gen = 0  # rollout calls in flight
@@ -161,6 +163,7 @@ class Gateway:
             app.router.add_post(prefix + "/v1/chat/completions", self._chat)
             app.router.add_post(prefix + "/v1/completions", self._completions)
             app.router.add_post(prefix + "/scores", self._scores)
+        app.router.add_get("/tasks/next", self._next_task)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
@@ -189,6 +192,12 @@ class Gateway:
         s = Session(episode_id=eid, sampling_params=dict(sampling_params), meta=meta)
         self.sessions[eid] = s
         return s
+
+    def offer_task(self, episode_id: str, task: dict[str, Any]) -> None:
+        """Queue an open episode for the next agent worker that asks `GET /tasks/next` (pool mode)."""
+        if episode_id not in self.sessions:
+            raise ValueError(f"episode {episode_id} is not open")
+        self._tasks.put_nowait((episode_id, task))
 
     def close_session(self, episode_id: str) -> Session:
         s = self.sessions.pop(episode_id)
@@ -444,4 +453,27 @@ class Gateway:
         ):
             raise RequestError(400, "step_metas must be a list of objects or nulls (one per assistant turn)")
         s.score = {"score": float(score), "acc": float(acc), "step_metas": metas}
+        s.scored.set()
         return web.json_response({"episode_id": s.episode_id, "closed": True})
+
+    # ------------------------------------------------------------------ pool mode: long-running agent workers
+    async def _next_task(self, request: web.Request) -> web.Response:
+        """`GET /tasks/next?wait_s=<s>` (default 30, at most 300): the next open episode for a worker, as
+        `{"episode_id", "task", "base_url", "score_url"}`, or 204 when none came within wait_s (poll again).
+        Episodes closed while queued (timed out) are skipped."""
+        try:
+            wait_s = min(float(request.query.get("wait_s", 30)), 300.0)
+        except ValueError:
+            raise RequestError(400, f"wait_s must be a number, got {request.query.get('wait_s')!r}") from None
+        deadline = asyncio.get_running_loop().time() + max(wait_s, 0.0)
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                eid, task = await asyncio.wait_for(self._tasks.get(), max(left, 0.001))
+            except TimeoutError:
+                return web.Response(status=204)
+            if eid in self.sessions:
+                url = self.session_url(eid)
+                return web.json_response(
+                    {"episode_id": eid, "task": task, "base_url": f"{url}/v1", "score_url": f"{url}/scores"}
+                )

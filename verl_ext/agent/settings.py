@@ -14,11 +14,12 @@ from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES
 
 AGENT_LOOP_NAME = "external_agent"
 MODES = ("sync", "async")
+LAUNCHES = ("process", "pool")
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    command: tuple[str, ...]
+    command: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 0
     timeout_s: float = 120.0
@@ -30,6 +31,7 @@ class AgentSettings:
     episode_log: str | None = None
     mode: str = "sync"
     max_staleness: int = 1
+    launch: str = "process"
 
     @classmethod
     def from_mapping(cls, block: Any) -> AgentSettings:
@@ -44,12 +46,17 @@ class AgentSettings:
             raise ValueError(
                 f"external_agent: unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}"
             )
+        launch = str(d.get("launch", cls.launch))
+        if launch not in LAUNCHES:
+            raise ValueError(f"external_agent.launch must be one of {LAUNCHES}, got {launch!r}")
         cmd = d.get("command")
         if isinstance(cmd, str):
             cmd = shlex.split(cmd)
-        if not cmd or not all(isinstance(c, str) and c for c in cmd):
+        if launch == "pool" and not cmd:
+            cmd = ()  # workers are started by the user and poll /tasks/next
+        elif not cmd or not all(isinstance(c, str) and c for c in cmd):
             raise ValueError(f"external_agent.command must be a command line (string or list), got {cmd!r}")
-        if shutil.which(cmd[0]) is None and not os.path.isfile(cmd[0]):
+        elif shutil.which(cmd[0]) is None and not os.path.isfile(cmd[0]):
             raise ValueError(f"external_agent.command: {cmd[0]!r} is not an executable on PATH or a file")
         s = cls(
             command=tuple(cmd),
@@ -64,6 +71,7 @@ class AgentSettings:
             episode_log=d.get("episode_log"),
             mode=str(d.get("mode", cls.mode)),
             max_staleness=int(d.get("max_staleness", cls.max_staleness)),
+            launch=launch,
         )
         if not 0 <= s.port < 65536:
             raise ValueError(f"external_agent.port must be 0 (any free port) or a port number, got {s.port}")
@@ -75,6 +83,11 @@ class AgentSettings:
             raise ValueError(f"external_agent.on_rewrite must be one of {ON_REWRITE}, got {s.on_rewrite!r}")
         if s.score_source not in SCORE_SOURCES:
             raise ValueError(f"external_agent.score_source must be one of {SCORE_SOURCES}, got {s.score_source!r}")
+        if s.launch == "pool" and s.port == 0:
+            raise ValueError(
+                "external_agent.launch=pool needs a fixed external_agent.port: the agent workers must "
+                "know where to poll /tasks/next (agent-loop worker i listens on port + i)"
+            )
         if s.mode not in MODES:
             raise ValueError(f"external_agent.mode must be one of {MODES}, got {s.mode!r}")
         if s.max_staleness < 0:

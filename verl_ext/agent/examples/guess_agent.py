@@ -25,11 +25,10 @@ def guess_of(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def main() -> None:
-    t = task()
+def play(client: OpenAI, t: dict) -> float:
+    """One game on task `t` through `client` (whose base URL is the episode's); returns the score."""
     secret = int(str(t["reward_model"]["ground_truth"]).strip())
     hi = int((t.get("extra_info") or {}).get("max_digit", 4))
-    client = OpenAI()
     messages = [
         {
             "role": "user",
@@ -56,7 +55,11 @@ def main() -> None:
             messages.append(
                 {"role": "user", "content": f"{hint} Guess again. Put the final answer within \\boxed{{}}."}
             )
-    post_score(1.0 if won else 0.0)
+    return 1.0 if won else 0.0
+
+
+def main() -> None:
+    post_score(play(OpenAI(), task()))
 
 
 if __name__ == "__main__":

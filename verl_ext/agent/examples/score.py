@@ -8,14 +8,15 @@ import os
 import urllib.request
 
 
-def post_score(score: float, acc: float | None = None, step_metas: list | None = None) -> dict:
+def post_score(score: float, acc: float | None = None, step_metas: list | None = None, url: str | None = None) -> dict:
+    """POST the score to `url` (default: the AGENT_SCORE_URL of a process-mode agent)."""
     body = {"score": float(score)}
     if acc is not None:
         body["acc"] = float(acc)
     if step_metas is not None:
         body["step_metas"] = step_metas
     req = urllib.request.Request(
-        os.environ["AGENT_SCORE_URL"],
+        url or os.environ["AGENT_SCORE_URL"],
         data=json.dumps(body).encode(),
         method="POST",
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', '')}"},
