@@ -1,0 +1,55 @@
+"""Train an external agent with the project's PPO/GRPO trainer on verl's `ppo_trainer` config:
+
+    python -m verl_ext.agent.main +backend=cpu data.train_files=tasks.parquet ... \
+        actor_rollout_ref.rollout.agent.default_agent_loop=external_agent \
+        +external_agent.command='python my_agent.py'
+
+Overrides are Hydra overrides of verl's `ppo_trainer` config (with the project's config groups on the search path).
+`trainer.trainer_cls` defaults to `verl_ext.agent.trainer.AgentPPOTrainer`. The `external_agent` block is checked
+here, in the driver, before Ray starts. The recipes (`recipe.fast_dapo.main`, `recipe.composer.main`) take the
+same overrides with `trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer` / `AgentComposerTrainer`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from omegaconf import open_dict
+
+from verl_ext.agent.settings import check_config
+
+DEFAULT_TRAINER = "verl_ext.agent.trainer.AgentPPOTrainer"
+
+
+def prepare(overrides: list[str]):
+    """The composed, checked config (raises before anything expensive starts)."""
+    from verl_ext.config.compose import compose_config
+    from verl_ext.trainer.launch import register_lazy_resolvers
+
+    register_lazy_resolvers()
+    cfg = compose_config("ppo_trainer", overrides)
+    with open_dict(cfg):
+        if not cfg.trainer.get("trainer_cls"):
+            cfg.trainer.trainer_cls = DEFAULT_TRAINER
+    settings = check_config(cfg)
+    if settings is None:
+        raise ValueError(
+            "verl_ext.agent.main trains external agents: set "
+            "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent"
+        )
+    return cfg, settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    from verl.utils.device import auto_set_device
+
+    from verl_ext.trainer.launch import run
+
+    cfg, settings = prepare(list(sys.argv[1:] if argv is None else argv))
+    print(f"[agent] {settings}")
+    auto_set_device(cfg)
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
