@@ -34,4 +34,5 @@ def test_verl_update_actor_sets_its_flags_then_calls_the_worker_group():
     """If verl's _update_actor stops sending the TensorDict through actor_rollout_wg.update_actor after setting its
     flags, the Composer's full-logit SDPO would silently lose its logits processor."""
     src = inspect.getsource(RayPPOTrainer._update_actor)
-    assert src.index("distillation_use_topk=distillation_use_topk") < src.index("self.actor_rollout_wg.update_actor(batch_td)")
+    flags_set = src.index("distillation_use_topk=distillation_use_topk")
+    assert flags_set < src.index("self.actor_rollout_wg.update_actor(batch_td)")

@@ -3,9 +3,8 @@
 `ExtRayPPOTrainer` (ppo_trainer.py) re-implements verl's `fit` loop so a recipe can change where a step's data comes
 from and feed token-level estimators. Nothing of verl's loop may be dropped silently: each feature is either carried
 over (by calling verl's own function for it) or rejected in the driver, before Ray starts, by `check_fidelity`, with
-a `ConfigError` naming the key. `FEATURES` is that table (the README's copy is generated from it by
-`feature_table_markdown()`); `tests/trainer/test_fidelity.py` checks every rejection and that a key not in use never
-trips one.
+a `ConfigError` naming the key. `FEATURES` is that table (docs/FIDELITY.md holds the copy `feature_table_markdown()`
+generates); `tests/trainer/test_fidelity.py` checks every rejection and that a key not in use never trips one.
 
 Supported features are listed too, so the table is the whole side-by-side reading of verl's `fit`.
 """
@@ -64,6 +63,7 @@ class Feature:
     note: str  # how it is supported, or why it is rejected
     # (cfg, recipe) -> None if fine, else the reason it cannot run; only for features rejected in some setting
     check: Callable[[DictConfig, str], str | None] | None = None
+    tests: tuple[str, ...] = ()  # the tests that show it (names of test functions under tests/)
 
 
 def _remax(cfg, recipe):
@@ -98,8 +98,10 @@ def _skip(cfg, recipe):
     if on:
         return f"skip.{on[0]}.enable belongs to verl's v1 / fully-async trainers; the legacy loop would ignore it"
     if _get(cfg, "skip.rollout.enable", False) and (_curriculum_on(cfg, recipe) or recipe == "composer"):
-        return ("skip.rollout.enable (verl's rollout dump/replay keyed by step) replays one generation call per step; "
-                "fast DAPO's curriculum and the Composer make several, so a replay by step would be wrong")
+        return (
+            "skip.rollout.enable (verl's rollout dump/replay keyed by step) replays one generation call per step; "
+            "fast DAPO's curriculum and the Composer make several, so a replay by step would be wrong"
+        )
     return None
 
 
@@ -168,45 +170,116 @@ FEATURES: tuple[Feature, ...] = (
         "without `rollout.calculate_log_probs=true`, bypass with the Composer's own actor loss, and bypass with "
         "an estimator that needs entropies (no old-log-prob pass)",
         _rollout_correction,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_supported_settings_pass",
+            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
+        ),
     ),
-    Feature("trainer.val_only", SUPPORTED, "validate (also a resumed checkpoint), log, stop"),
-    Feature("trainer.rollout_data_dir", SUPPORTED, "one `<step>.jsonl` per step through verl's `_log_rollout_data`"),
+    Feature(
+        "trainer.val_only",
+        SUPPORTED,
+        "validate (also a resumed checkpoint), log, stop",
+        tests=("test_val_only_validates_and_stops",),
+    ),
+    Feature(
+        "trainer.rollout_data_dir",
+        SUPPORTED,
+        "one `<step>.jsonl` per step through verl's `_log_rollout_data`",
+        tests=("test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",),
+    ),
     Feature("trainer.validation_data_dir, log_val_generations", SUPPORTED, "verl's `_validate`, unchanged"),
     Feature(
         "global_profiler (steps, tool, profile_continuous_steps)",
         SUPPORTED,
         "verl's `_start_profiling` / `_stop_profiling` and the rollout servers' profile, on the same schedule "
         "(`verl_ext/trainer/profiling.py`); a fast DAPO step's profile covers all its generation calls",
+        tests=("test_profile_schedule_matches_verls_loop",),
     ),
     Feature(
         "trainer.esi_redundant_time (expiring instances)",
         SUPPORTED,
         "verl's `should_save_ckpt_esi` forces a save when the capacity block is about to expire",
+        tests=("test_esi_expiry_forces_a_checkpoint",),
     ),
-    Feature("images_seqlens (multimodal)", SUPPORTED, "collected from `multi_modal_inputs` as verl does"),
+    Feature(
+        "images_seqlens (multimodal)",
+        SUPPORTED,
+        "collected from `multi_modal_inputs` as verl does",
+        tests=("test_images_seqlens_collects_image_rows_only",),
+    ),
     Feature("train_dataset.on_batch_end, async checkpoint finalize", SUPPORTED, "called as verl does"),
-    Feature("variance-proxy, spec-decode and GDPO metrics", SUPPORTED, "verl's metric functions, every step"),
-    Feature("critic, use_kl_in_reward, critic_warmup, balance_batch, checkpoints", SUPPORTED, "as verl does"),
+    Feature(
+        "variance-proxy, spec-decode and GDPO metrics",
+        SUPPORTED,
+        "verl's metric functions, every step",
+        tests=(
+            "test_gdpo_metrics_only_for_gdpo",
+            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
+        ),
+    ),
+    Feature(
+        "critic, use_kl_in_reward, critic_warmup, balance_batch, checkpoints",
+        SUPPORTED,
+        "verl's own calls in verl's order (the CPU tests run balance_batch and checkpoints; critic, "
+        "use_kl_in_reward and critic_warmup are not run: GRPO has no critic)",
+        tests=(
+            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
+            "test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state",
+        ),
+    ),
     Feature(
         "distillation (teacher model)",
         PARTIAL,
         "the trainer base: verl's actor update, inherited; rejected in the Composer",
         _distillation,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_supported_settings_pass",
+        ),
     ),
-    Feature("algorithm.adv_estimator=remax", REJECTED, "needs a greedy baseline generation", _remax),
+    Feature(
+        "algorithm.adv_estimator=remax",
+        REJECTED,
+        "needs a greedy baseline generation",
+        _remax,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_both_recipe_checks_reject_before_ray",
+        ),
+    ),
     Feature(
         "reward.reward_model (reward model)",
         PARTIAL,
         "a standalone reward model (`enable_resource_pool=true`) scores inside verl's reward loop, like a reward "
-        "function; the colocated one (`enable_resource_pool=false`) is rejected",
+        "function (config check tested; not run on CPU); the colocated one (`enable_resource_pool=false`) is "
+        "rejected",
         _reward_model,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_supported_settings_pass",
+            "test_both_recipe_checks_reject_before_ray",
+        ),
     ),
-    Feature("skip.rollout (rollout dump/replay)", PARTIAL,
-            "verl's SkipManager, initialised and stepped as verl's fit does; rejected with fast DAPO's curriculum "
-            "and the Composer (several generation calls per step), and skip.rollout_tq / skip.async_rollout "
-            "(other trainers' keys) everywhere", _skip),
     Feature(
-        "algorithm.filter_groups", REJECTED, "verl-recipe's key, ignored by verl's fit: use fast_dapo", _filter_groups
+        "skip.rollout (rollout dump/replay)",
+        PARTIAL,
+        "verl's SkipManager, initialised and stepped as verl's fit does; rejected with fast DAPO's curriculum "
+        "and the Composer (several generation calls per step), and skip.rollout_tq / skip.async_rollout "
+        "(other trainers' keys) everywhere",
+        _skip,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_supported_settings_pass",
+            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
+        ),
+    ),
+    Feature(
+        "algorithm.filter_groups",
+        REJECTED,
+        "verl-recipe's key, ignored by verl's fit: use fast_dapo",
+        _filter_groups,
+        tests=("test_each_rejection_names_its_key",),
     ),
     Feature(
         "algorithm.use_pf_ppo",
@@ -214,6 +287,10 @@ FEATURES: tuple[Feature, ...] = (
         "with verl's estimators (inside verl's compute_advantage); rejected with the project's estimators and "
         "the Composer",
         _pf_ppo,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_supported_settings_pass",
+        ),
     ),
 )
 
@@ -231,7 +308,8 @@ def check_fidelity(cfg: DictConfig, recipe: str) -> None:
 
 def feature_table_markdown() -> str:
     """The README table: verl feature -> status -> how / why."""
-    lines = ["| verl feature | status | how / why |", "|---|---|---|"]
+    lines = ["| verl feature | status | how / why | tests |", "|---|---|---|---|"]
     for f in FEATURES:
-        lines.append(f"| `{f.key}` | {f.status} | {f.note} |")
+        tests = ", ".join(f"`{t}`" for t in f.tests) or "-"
+        lines.append(f"| `{f.key}` | {f.status} | {f.note} | {tests} |")
     return "\n".join(lines)

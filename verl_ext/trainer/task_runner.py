@@ -24,7 +24,8 @@ class ExtTaskRunner(BaseTaskRunner):
         self.add_critic_worker(config)
         self.add_reward_model_resource_pool(config)
         self.add_teacher_model_resource_pool(config)
-        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        use_ref, use_critic = need_reference_policy(config), need_critic(config)
+        validate_config(config=config, use_reference_policy=use_ref, use_critic=use_critic)
         model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
         tokenizer, processor = model_config.tokenizer, model_config.processor
         data = config.data

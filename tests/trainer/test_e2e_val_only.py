@@ -1,0 +1,43 @@
+"""`trainer.val_only` through the project's trainer base: validate, log as step 0, stop (no training step, no
+checkpoint). The project validates under val_only whatever `val_before_train` says (verl's fit would skip both
+without val_before_train and then train, which is not what a user asking for val_only wants)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
+from verl_ext.config.compose import compose_config
+from verl_ext.metrics_log import read_jsonl
+
+pytestmark = pytest.mark.e2e
+
+
+def test_val_only_validates_and_stops(ray_cpu, tiny_assets, tmp_path):
+    from verl_ext.trainer.task_runner import ExtTaskRunner
+
+    log = tmp_path / "verl_log.jsonl"
+    cfg = compose_config(
+        "ppo_trainer",
+        tiny_run_overrides(tiny_assets, tmp_path, 2)
+        + [
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            "data.val_max_samples=8",
+            "trainer.val_only=true",
+            "trainer.val_before_train=false",
+            "trainer.save_freq=1",
+            "trainer.logger=[console,file]",
+            f"+trainer.jsonl_metrics_path={tmp_path / 'metrics.jsonl'}",
+        ],
+        backend="cpu",
+    )
+    run_task_runner(ExtTaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})
+
+    (row,) = read_file_logger(log)
+    assert row["step"] == 0
+    val = {k: v for k, v in row["data"].items() if k.startswith("val-core/")}
+    assert val and all(0.0 <= v <= 1.0 for v in val.values()), row["data"]
+    assert not any(k.startswith(("actor/", "training/")) for k in row["data"])
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0]
+    assert not (tmp_path / "ckpt").exists()  # save_freq=1, but no step ran
