@@ -3,9 +3,14 @@ checked in the cheapest real way (the pure pieces here, the rest in test_e2e_par
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import numpy as np
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 from verl import DataProto
 
 from recipe.composer.config_check import composer_settings
@@ -17,8 +22,19 @@ from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, gdpo_metrics, images_
 from verl_ext.trainer.profiling import ProfileSchedule
 
 
+@functools.cache
+def _ppo_base():
+    return compose_config("ppo_trainer", ["algorithm.adv_estimator=grpo"], backend="cpu")
+
+
 def _ppo(*overrides):
-    return compose_config("ppo_trainer", ["algorithm.adv_estimator=grpo", *overrides], backend="cpu")
+    """verl's ppo_trainer config (CPU backend) with `key=value` / `+key=value` overrides (YAML values), applied to
+    one composed copy: composing once per case would make this file take minutes."""
+    cfg = copy.deepcopy(_ppo_base())
+    for override in overrides:
+        key, value = override.removeprefix("+").split("=", 1)
+        OmegaConf.update(cfg, key, yaml.safe_load(value), force_add=True)
+    return cfg
 
 
 def _fast_dapo(*overrides):
@@ -213,8 +229,6 @@ def test_images_seqlens_collects_image_rows_only():
 
 
 def test_gdpo_metrics_only_for_gdpo():
-    from omegaconf import OmegaConf
-
     batch = DataProto.from_dict(
         tensors={"x": torch.zeros(4, 1)},
         non_tensors={"fmt": np.array([1.0, 0.0, 1.0, 1.0]), "acc": np.array([0, 1, 1, 1])},

