@@ -125,31 +125,14 @@ class AgentEpisodesMixin:
 
     # ------------------------------------------------------------------ per step
     def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        nt = batch.non_tensor_batch
-        if "agent_status" in nt:
-            ids = [str(e) for e in nt["agent_episode_id"]]
-            status = nt["agent_status"].astype(str).astype(object)
-            stale_n = staleness(self.global_steps, versions_of(nt["agent_policy_version"]))
-            too_old = stale_mask(
-                self.global_steps, versions_of(nt["agent_policy_version"]), self.agent_settings.max_staleness
+        if "agent_status" in batch.non_tensor_batch:
+            ids, status, stale_n, m = apply_episode_outcomes(
+                batch, self.global_steps, self.agent_settings.max_staleness, enforce_staleness=self.agent_async
             )
-            if self.agent_async:  # enforced where episodes run ahead; sync mode only records it (0 except in
-                # fast DAPO, whose kept prompts' screening episodes are older by design and governed by its own bound)
-                status[too_old & (status == "ok")] = "stale"
-            nt["agent_status"], nt["agent_staleness"] = status, stale_n
-            dropped = status != "ok"
-            if dropped.any():
-                uid = nt["uid"].copy()
-                uid[dropped] = [f"{u}/dropped/{e}" for u, e in zip(uid[dropped], np.asarray(ids)[dropped], strict=True)]
-                nt["uid"] = uid
-                batch.batch["response_mask"][torch_index(dropped)] = 0
             ledger = self._ledger()
-            if ledger is not None:
+            if ledger is not None:  # before the update: a crash after it leaves the step in the ledger, as the log
                 ledger.record(self.global_steps, ids, list(status), list(stale_n))
-            metrics.update(episode_columns_metrics(status, nt["agent_rounds"], nt["agent_segments"]))
-            ok = ~dropped
-            metrics["agent/staleness_max"] = float(stale_n[ok].max()) if ok.any() else 0.0
-            metrics.update(token_metrics(batch, ok))
+            metrics.update(m)
         return super().train_on_batch(batch, metrics, timing_raw)
 
     def fit(self):
@@ -158,6 +141,32 @@ class AgentEpisodesMixin:
         finally:
             if self._episode_ledger is not None:
                 self._episode_ledger.close()
+
+
+def apply_episode_outcomes(batch: DataProto, step: int, max_staleness: int, enforce_staleness: bool):
+    """In place on the batch about to train at `step`: staleness per episode (column `agent_staleness`), too-stale
+    episodes marked `stale` when enforced, every dropped row out of its group (a uid of its own) with response mask
+    0. Returns (episode ids, statuses, staleness, the step's agent metrics)."""
+    nt = batch.non_tensor_batch
+    ids = [str(e) for e in nt["agent_episode_id"]]
+    status = nt["agent_status"].astype(str).astype(object)
+    versions = versions_of(nt["agent_policy_version"])
+    stale_n = staleness(step, versions)
+    if enforce_staleness:  # async mode; sync mode only records it (0, except in fast DAPO, whose kept prompts'
+        # screening episodes are older by design and governed by the recipe's own bound)
+        status[stale_mask(step, versions, max_staleness) & (status == "ok")] = "stale"
+    nt["agent_status"], nt["agent_staleness"] = status, stale_n
+    dropped = status != "ok"
+    if dropped.any():
+        uid = nt["uid"].copy()
+        uid[dropped] = [f"{u}/dropped/{e}" for u, e in zip(uid[dropped], np.asarray(ids)[dropped], strict=True)]
+        nt["uid"] = uid
+        batch.batch["response_mask"][torch_index(dropped)] = 0
+    m = episode_columns_metrics(status, nt["agent_rounds"], nt["agent_segments"])
+    ok = ~dropped
+    m["agent/staleness_max"] = float(stale_n[ok].max()) if ok.any() else 0.0
+    m.update(token_metrics(batch, ok))
+    return ids, status, stale_n, m
 
 
 def token_metrics(batch: DataProto, ok: np.ndarray) -> dict[str, float]:
