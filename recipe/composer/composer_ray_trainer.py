@@ -1,4 +1,4 @@
-"""RayComposerTrainer: GRPO + SDPO hint self-distillation + N-teacher trace-replay DPO in one verl step (seed 003).
+"""RayComposerTrainer: GRPO + SDPO hint self-distillation + N-teacher trace-replay DPO in one verl step.
 
     total = grpo_loss + alpha_sdpo * sdpo_loss + beta_replay * replay_loss
 
