@@ -111,6 +111,9 @@ def assert_parity(verl_rows: dict, ext_rows: dict, verl_dumps: dict, ext_dumps: 
         assert len(ext_dumps[step]) == 4 * 4  # train_batch_size x n
     for step in range(1, STEPS + 1):
         verl, ext = verl_rows[step], ext_rows[step]
+        # Every metric verl's loop logs, the project's logs too (nothing of the loop dropped); it adds its own.
+        assert not set(verl) - set(ext), sorted(set(verl) - set(ext))
+        assert set(ext) - set(verl) == {"rollout/generate_calls", "time/train_total_s", "time/wall"}
         # Decoupled rollout correction ran in both (importance weights and off-policy statistics), identically.
         corr = sorted(k for k in verl if k.startswith("rollout_corr/"))
         assert corr and sorted(k for k in ext if k.startswith("rollout_corr/")) == corr

@@ -430,12 +430,15 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 # The profile window opens before the step's data is generated: a curriculum's generation calls
                 # for this step happen inside training_batches().
                 self._profiling_step = self.profile.profiled(self.global_steps)
-                self._start_profiling(self.profile.start(self.global_steps, self.global_steps == first_step))
+                profile_timing: dict = {}  # the step's timing_raw comes with its data, below
+                with marked_timer("start_profile", profile_timing):
+                    self._start_profiling(self.profile.start(self.global_steps, self.global_steps == first_step))
                 try:
                     batch, metrics, timing_raw = next(batches)
                 except StopIteration:
                     self._stop_profiling(self.profile.profiled(self.global_steps), run_command=True)
                     return
+                timing_raw.update(profile_timing)
                 with marked_timer("step", timing_raw):
                     batch = self.train_on_batch(batch, metrics, timing_raw)
                     self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start)
