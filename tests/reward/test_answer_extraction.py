@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from verl_ext.reward.answer_extraction import last_boxed, last_pattern_match
+from verl_ext.reward.answer_extraction import boxed_answer, last_boxed, last_pattern_match
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,57 @@ def test_pattern_last_match_and_groups():
     assert last_pattern_match("nothing", r"Answer:\s*(\S+)") is None
     with pytest.raises(ValueError, match="invalid answer_pattern"):
         last_pattern_match(text, r"Answer:(")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so the answer is \\boxed{42}.", "42"),
+        ("The answers are $\\boxed{1}, \\boxed{2}$.", "1, 2"),
+        ("$\\boxed{1}$ and $\\boxed{2}$", "1, 2"),
+        ("\\boxed{1}\n\n\\boxed{2}", "1, 2"),  # close together: joined even without a separator
+        ("\\boxed{2}, \\boxed{1}", "2, 1"),
+        ("\\boxed{1, 2}, \\boxed{3}", "1, 2, 3"),
+        ("\\boxed{3}, \\boxed{3}", "3"),  # equal neighbours count once
+        ("(a) $\\boxed{4}$; for part (b) the value is $\\boxed{7}$", "4, 7"),  # a separator within 70 characters
+        ("First $\\boxed{3}$. Then the final answer is $\\boxed{5}$.", "5"),  # far, no separator: intermediate
+        ("\\boxed{3}" + " " * 80 + ", \\boxed{5}", "5"),  # 70 characters or more apart: not joined
+        ("\\boxed{x}, \\boxed 5", "x, 5"),
+        ("\\boxed 4, \\boxed{5}", "5"),  # a brace-less earlier box ends the run, as in math_verify
+        ("\\boxed{1} then \\boxed{2", None),  # the last box is unclosed: no answer
+        ("no box here", None),
+    ],
+)
+def test_boxed_answer_joins_final_boxes(text, expected):
+    assert boxed_answer(text) == expected
+
+
+MULTI_BOX_RESPONSES = [
+    "The answers are $\\boxed{1}, \\boxed{2}$.",
+    "$\\boxed{1}$ and $\\boxed{2}$",
+    "\\boxed{2}, \\boxed{1}",
+    "\\boxed{1}\n\n\\boxed{2}",
+    "First $\\boxed{3}$. Then the final answer is $\\boxed{5}$.",
+    "So $x = \\boxed{1}$ or $x = \\boxed{-2}$.",
+]
+MULTI_BOX_GOLDS = ["(1, 2)", "1, 2", "\\{1, 2\\}", "(2, 1)", "1", "2", "5", "\\{1, -2\\}", "-2"]
+
+
+@pytest.mark.parametrize("response", MULTI_BOX_RESPONSES)
+def test_multi_box_scores_like_math_verify_on_the_whole_response(response):
+    # The reward on a multi-box response equals math_verify's verdict on the same whole response (math_verify joins
+    # the boxes itself); in particular a last-box rule would accept gold "2" for "\boxed{1}, \boxed{2}".
+    import logging
+
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    from verl_ext.reward.math_reward import compute_score
+
+    logging.disable(logging.WARNING)
+    whole = parse(response, (LatexExtractionConfig(), ExprExtractionConfig()))
+    for gold in MULTI_BOX_GOLDS:
+        reference = bool(verify(parse("\\boxed{" + gold + "}", (LatexExtractionConfig(),)), whole))
+        assert (compute_score("t", response, gold)["score"] == 1.0) == reference, (response, gold, reference)
+    if "\\boxed{1}, \\boxed{2}" in response:
+        assert compute_score("t", response, "(1, 2)")["score"] == 1.0
+        assert compute_score("t", response, "2")["score"] == 0.0

@@ -1,9 +1,18 @@
 """Pull the final answer out of a model response.
 
 Two ways, chosen by the caller:
-- the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces and escaped ``\\{ \\}`` handled), or the brace-less
+- the final ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces and escaped ``\\{ \\}`` handled), or the brace-less
   ``\\boxed 5`` form that some models write;
 - the last match of a caller-given regular expression (group 1 if the pattern has a group, else the whole match).
+
+Several boxes (``\\boxed{1}, \\boxed{2}`` for a multi-part question) are joined into one list answer ``1, 2``, by
+math_verify's own rule (latex2sympy2_extended's ``extract_boxed_content``): walking back from the last box, an
+earlier box joins when the text between the two is shorter than 10 characters, or shorter than 70 and contains
+``and``, ``or``, a comma or a semicolon and the two contents differ; equal neighbours count once. math_verify reads
+the joined boxes as a set, so ``1, 2`` (and ``2, 1``) matches a gold ``1, 2`` or ``\\{1, 2\\}``, and ``1, 2`` matches
+``(1, 2)``; a single gold ``2`` does not match. A box far from the final one (``... we get \\boxed{3}. So the final
+answer is \\boxed{5}``) is an intermediate value and is not joined. Scoring only the last box instead would give
+``\\boxed{1}, \\boxed{2}`` the reward for gold ``2``, which math_verify rejects.
 
 Both run in time linear in the input, which the caller bounds (see ``math_reward.MathRewardConfig``).
 A truncated final box (no closing brace) counts as no answer: falling back to an earlier box would reward an
@@ -51,22 +60,64 @@ def _braced_content(text: str, open_pos: int) -> str | None:
     return None
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}``/``\\fbox{...}`` (or ``\\boxed 5``); None when absent or unclosed."""
-    found = _last_box_start(text)
-    if found is None:
-        return None
-    pos, cmd = found
+def _box_argument(text: str, pos: int, cmd: str) -> tuple[str | None, int | None]:
+    """(content, index of the closing brace) of the box command at ``pos``; the index is None for ``\\boxed 5``."""
     i = pos + len(cmd)
     while i < len(text) and text[i] in " \t":
         i += 1
     if i < len(text) and text[i] == "{":
-        return _braced_content(text, i)
+        content = _braced_content(text, i)
+        return content, (None if content is None else i + 1 + len(content))
     if i > pos + len(cmd):
         # "\boxed 5": the argument runs to the next whitespace or math delimiter.
         match = re.match(r"[^\s$]+", text[i:])
-        return match.group(0) if match else None
-    return None
+        return (match.group(0) if match else None), None
+    return None, None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}``/``\\fbox{...}`` (or ``\\boxed 5``); None when absent or unclosed."""
+    found = _last_box_start(text)
+    return None if found is None else _box_argument(text, *found)[0]
+
+
+_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
+
+
+def final_boxes(text: str) -> list[str] | None:
+    """Contents of the final run of boxes, in order (see the module docstring); None when the last box is absent
+    or unclosed."""
+    found = _last_box_start(text)
+    if found is None:
+        return None
+    content, _ = _box_argument(text, *found)
+    if content is None:
+        return None
+    boxes = [content.strip()]
+    later_start = found[0]
+    while True:
+        found = _last_box_start(text[:later_start])
+        if found is None:
+            break
+        content, close = _box_argument(text[:later_start], *found)
+        if content is None or close is None or not content.strip():
+            break  # math_verify stops at a brace-less or unclosed box, and so does this
+        content = content.strip()
+        between = text[close + 1 : later_start]
+        near = len(between) < 10
+        separated = content != boxes[-1] and len(between) < 70 and _SEPARATOR.search(between) is not None
+        if not (near or separated):
+            break
+        if content != boxes[-1]:
+            boxes.append(content)
+        later_start = found[0]
+    return boxes[::-1]
+
+
+def boxed_answer(text: str) -> str | None:
+    """The answer in the final box(es): one box's content, or several joined as ``a, b`` (a list to math_verify)."""
+    boxes = final_boxes(text)
+    return None if boxes is None else ", ".join(boxes)
 
 
 @lru_cache(maxsize=64)
@@ -82,8 +133,8 @@ def last_pattern_match(text: str, pattern: str) -> str | None:
     """Group 1 (or the whole match) of the last match of ``pattern``; None when nothing matches."""
     compiled = compile_answer_pattern(pattern)
     last = None
-    for last in compiled.finditer(text):
-        pass
+    for match in compiled.finditer(text):
+        last = match
     if last is None:
         return None
     return last.group(1) if compiled.groups else last.group(0)

@@ -1,4 +1,8 @@
-"""Rule-based math reward for verl: last ``\\boxed{}`` (or a configured regex) checked against the ground truth.
+"""Rule-based math reward for verl: the final ``\\boxed{}`` (or a configured regex) checked against the ground truth.
+
+Several boxes at the end (``\\boxed{1}, \\boxed{2}``) are joined into one list answer ``1, 2`` by math_verify's own
+joining rule, and scored as math_verify scores the whole response (``answer_extraction``): gold ``(1, 2)``, ``1, 2``
+or ``\\{1, 2\\}`` -> 1; gold ``2`` -> 0.
 
 Use it as verl's custom reward function::
 
@@ -38,7 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from verl_ext.reward.answer_extraction import compile_answer_pattern, last_boxed, last_pattern_match
+from verl_ext.reward.answer_extraction import boxed_answer, compile_answer_pattern, last_pattern_match
 from verl_ext.reward.normalize import fast_verdict
 from verl_ext.reward.verify_pool import VerifyTimeout, shared_pool
 
@@ -52,7 +56,8 @@ class MathRewardConfig:
     milliseconds, and a killed check costs a ~1-2 s worker restart in the background."""
     answer_pattern: str | None = None
     """Regex whose last match is the answer (group 1 if present), used instead of ``\\boxed{}``.
-    E.g. ``(?i)Answer:\\s*([^\\n]+)`` for DAPO's original prompt. Default None: last ``\\boxed{}``."""
+    E.g. ``(?i)Answer:\\s*([^\\n]+)`` for DAPO's original prompt. Default None: the final ``\\boxed{}`` (several
+    adjacent final boxes joined, see the module docstring)."""
     max_response_chars: int = 32768
     """Only the last this-many characters of a response are searched (the final answer is at the end)."""
     max_answer_chars: int = 400
@@ -139,7 +144,7 @@ def extract_answer(solution_str: str, cfg: MathRewardConfig) -> str | None:
     if cfg.answer_pattern is not None:
         answer = last_pattern_match(tail, cfg.answer_pattern)
     else:
-        answer = last_boxed(tail)
+        answer = boxed_answer(tail)
     if answer is None:
         return None
     answer = answer.strip()
