@@ -61,6 +61,9 @@ class LocalCluster:
         self.env = {**os.environ, **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
         self.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{self.env.get('PATH', '')}"
+        # Ray (>= 2.5x) turns token auth on for `ray start` whenever a token file exists in ~/.ray, while clients
+        # without RAY_AUTH_MODE send none: a cluster bound to 127.0.0.1 says explicitly that it has no auth.
+        self.env.setdefault("RAY_AUTH_MODE", "disabled")
         self.resources = dict(resources or {})
         self.start_timeout_s = start_timeout_s
         self.gcs_port = free_port()
