@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -296,3 +297,75 @@ def test_docs_fidelity_page_holds_the_generated_table():
 
     doc = (Path(__file__).parents[2] / "docs" / "FIDELITY.md").read_text()
     assert feature_table_markdown() in doc
+
+
+# ---------------------------------------------------------------- rollout correction: the trainer's two modes
+class _StepParts(ExtRayPPOTrainer):
+    """The trainer's rollout-correction step parts only (no workers: bypass mode makes no actor call)."""
+
+    def __init__(self, config):  # noqa: D107
+        self.config, self.adv_config = config, None
+
+    def _compute_old_log_prob(self, batch):
+        raise AssertionError("bypass mode must not recompute the old log-probs")
+
+
+def _corr_batch(seed: int = 0, rows: int = 6, length: int = 5) -> DataProto:
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.arange(length)[None, :] < torch.randint(1, length + 1, (rows,), generator=g)[:, None]).float()
+    rollout = -torch.rand(rows, length, generator=g) * 2
+    old = rollout + torch.randn(rows, length, generator=g)  # policies differ by up to a few nats per token
+    return DataProto.from_dict(tensors={"rollout_log_probs": rollout, "old_log_probs": old, "response_mask": mask})
+
+
+def test_decoupled_correction_truncates_token_is_weights_at_the_threshold():
+    t = _StepParts(
+        _ppo(
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold=2.0",
+            LOG_PROBS,
+        )
+    )
+    batch, metrics = _corr_batch(), {}
+    old, rollout, mask = (batch.batch[k].clone() for k in ("old_log_probs", "rollout_log_probs", "response_mask"))
+    out = t._rollout_correction(batch, metrics)
+    w = out.batch["rollout_is_weights"]
+    for i in range(mask.shape[0]):  # truncated IS, written out per token
+        for j in range(mask.shape[1]):
+            expected = min(math.exp(old[i, j] - rollout[i, j]), 2.0) if mask[i, j] else 0.0
+            assert w[i, j].item() == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    assert (w > 1.99).any() and (w < 1.0).any()  # the draw exercises the truncation and down-weighting
+    assert metrics["rollout_corr/rollout_is_max"] <= 2.0 + 1e-6 and "rollout_corr/kl" in metrics
+    assert torch.equal(out.batch["response_mask"], mask)  # no rejection sampling configured
+
+
+def test_decoupled_rejection_sampling_narrows_the_response_mask():
+    """token_k1 with threshold 2: a token stays in training iff pi_old / pi_rollout is within [1/2, 2]."""
+    t = _StepParts(
+        _ppo(
+            "algorithm.rollout_correction.rollout_rs=token_k1",
+            "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+            LOG_PROBS,
+        )
+    )
+    batch, metrics = _corr_batch(seed=1), {}
+    old, rollout, mask = (batch.batch[k].clone() for k in ("old_log_probs", "rollout_log_probs", "response_mask"))
+    kept = t._rollout_correction(batch, metrics).batch["response_mask"]
+    ratio_ok = (old - rollout).abs() <= math.log(2.0)
+    assert torch.equal(kept.bool(), mask.bool() & ratio_ok)
+    assert 0 < kept.sum() < mask.sum()  # the draw rejects some tokens, not all
+    assert "rollout_is_weights" not in batch.batch.keys()
+
+
+def test_bypass_mode_trains_against_the_rollout_log_probs():
+    t = _StepParts(
+        _ppo(
+            "algorithm.rollout_correction.bypass_mode=true", "algorithm.rollout_correction.rollout_is=token", LOG_PROBS
+        )
+    )
+    batch, metrics = _corr_batch(seed=2), {}
+    batch.batch.pop("old_log_probs")
+    out = t._old_log_probs(batch, metrics)
+    assert torch.equal(out.batch["old_log_probs"], out.batch["rollout_log_probs"])
+    assert t.config.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode"  # verl's bypass loss
+    assert t._rollout_correction(out, metrics) is out and not metrics  # the actor loss corrects, not the driver

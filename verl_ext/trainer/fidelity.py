@@ -173,6 +173,9 @@ FEATURES: tuple[Feature, ...] = (
         tests=(
             "test_each_rejection_names_its_key",
             "test_supported_settings_pass",
+            "test_decoupled_correction_truncates_token_is_weights_at_the_threshold",
+            "test_decoupled_rejection_sampling_narrows_the_response_mask",
+            "test_bypass_mode_trains_against_the_rollout_log_probs",
             "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
         ),
     ),
