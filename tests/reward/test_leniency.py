@@ -321,6 +321,9 @@ def gen_latex_wrappers(rng):
     return gold, pred, same
 
 
+_OTHER_DIGITS = str.maketrans("0123456789", "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19")
+
+
 def gen_near_miss(rng):
     n = rng.randint(1, 9999)
     return rng.choice([
@@ -339,6 +342,7 @@ def gen_near_miss(rng):
         (str(n), f"\\pm {n}", False),
         (f"\\sqrt{{{n}}}", str(n), False),
         (str(n), f"\\frac{{{n}}}{{1}}", True),
+        (str(n), str(n).translate(_OTHER_DIGITS), None),  # other scripts' digits: not numbers to math_verify
     ])
 
 

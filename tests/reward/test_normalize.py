@@ -124,6 +124,8 @@ LENIENCY_CASES = [
     ("-0.5", "-.5", True),
     ("5", "+5", True),
     ("0.5", "00.5", True),
+    ("3", "\u0663", False),  # was 1: an Arabic-Indic digit three; Python's Fraction reads it, math_verify does not
+    ("12", "\uff11\uff12", False),  # was 1: full-width digits
 ]
 
 

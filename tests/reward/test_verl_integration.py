@@ -7,7 +7,6 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
-
 from verl import DataProto
 
 RESPONSES = [

@@ -50,28 +50,30 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-_DELIMITERS = re.compile(r"^\$+|\$+$|^\\\(|\\\)$|^\\\[|\\\]$")
-_DROP = re.compile(r"\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|\\displaystyle|\\limits|\\!")
-_BRACED_COMMA = re.compile(r"\{,\}")
-_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![a-zA-Z])")
-_PERCENT = re.compile(r"(?<=\d)\s*\\?%$")
-_FRAC_ALIASES = re.compile(r"\\[dt]frac")
+# Every pattern is ASCII-only: "\d" must not match other scripts' digits ("٣", "１２"), which Python's int() and
+# Fraction() would read as numbers but math_verify does not.
+_DELIMITERS = re.compile(r"^\$+|\$+$|^\\\(|\\\)$|^\\\[|\\\]$", re.ASCII)
+_DROP = re.compile(r"\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|\\displaystyle|\\limits|\\!", re.ASCII)
+_BRACED_COMMA = re.compile(r"\{,\}", re.ASCII)
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![a-zA-Z])", re.ASCII)
+_PERCENT = re.compile(r"(?<=\d)\s*\\?%$", re.ASCII)
+_FRAC_ALIASES = re.compile(r"\\[dt]frac", re.ASCII)
 # Unit words after a number: "10\text{ cm}", "5 \mbox{meters}". Only letters and spaces, so \text{(A)} stays.
-_UNIT_TEXT = re.compile(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z ]*\}$")
+_UNIT_TEXT = re.compile(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z ]*\}$", re.ASCII)
 # One text wrapper around the whole answer ("\text{(A)}", "\textbf{5}"); wrappers inside an expression stay, since
 # math_verify reads "2\mathbf{x}" as 2, not 2x.
-_TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}$")
-_FINAL_PERIOD = re.compile(r"(?<=[^.])\.$")
-_LEAD_ASSIGN = re.compile(r"^([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*(?=[^=])")
-_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
-_SI_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:(?:\\,|\\ |~| )\d{3})+(?:\.\d+)?$")
-_SPACING = re.compile(r"\\[,;: ]|~|\s+")
-_DIGIT_COMMA = re.compile(r"(?<=\d) ?, ?(?=\d)")  # after _SPACING: at most one space each side
-_DIGIT_SPACE = re.compile(r"(?<=\d) (?=\d)")
+_TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}$", re.ASCII)
+_FINAL_PERIOD = re.compile(r"(?<=[^.])\.$", re.ASCII)
+_LEAD_ASSIGN = re.compile(r"^([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*(?=[^=])", re.ASCII)
+_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$", re.ASCII)
+_SI_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:(?:\\,|\\ |~| )\d{3})+(?:\.\d+)?$", re.ASCII)
+_SPACING = re.compile(r"\\[,;: ]|~|\s+", re.ASCII)
+_DIGIT_COMMA = re.compile(r"(?<=\d) ?, ?(?=\d)", re.ASCII)  # after _SPACING: at most one space each side
+_DIGIT_SPACE = re.compile(r"(?<=\d) (?=\d)", re.ASCII)
 
-_INT_OR_DEC = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+)$")
-_SLASH = re.compile(r"^([+-]?\d+)/(\d+)$")
-_FRAC = re.compile(r"^([+-]?)\\frac(?:\{([+-]?\d+)\}\{(\d+)\}|(\d)(\d))$")
+_INT_OR_DEC = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+)$", re.ASCII)
+_SLASH = re.compile(r"^([+-]?\d+)/(\d+)$", re.ASCII)
+_FRAC = re.compile(r"^([+-]?)\\frac(?:\{([+-]?\d+)\}\{(\d+)\}|(\d)(\d))$", re.ASCII)
 
 
 def normalize_answer(text: str) -> str:
