@@ -369,3 +369,38 @@ def test_bypass_mode_trains_against_the_rollout_log_probs():
     assert torch.equal(out.batch["old_log_probs"], out.batch["rollout_log_probs"])
     assert t.config.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode"  # verl's bypass loss
     assert t._rollout_correction(out, metrics) is out and not metrics  # the actor loss corrects, not the driver
+
+
+def test_bypass_mode_reaches_the_workers_loss():
+    """The actor workers build their loss from the actor config they receive at init_workers: the trainer sets the
+    bypass loss there first, and the config converts, as the worker converts it, into one verl's bypass loss runs
+    with (rejection sampling included)."""
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    cfg = _ppo(
+        "algorithm.rollout_correction.bypass_mode=true",
+        "algorithm.rollout_correction.rollout_rs=token_k1",
+        "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",  # the worker's own conversion checks it
+        LOG_PROBS,
+    )
+    t = _StepParts(cfg)
+    t._bypass_loss_for_workers()
+    actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # what the worker does with its copy
+    assert actor.policy_loss.loss_mode == "bypass_mode"
+    batch = _corr_batch(seed=3)
+    rollout, mask = batch.batch["rollout_log_probs"], batch.batch["response_mask"]
+    current = batch.batch["old_log_probs"]  # stands in for the policy being trained
+    loss, metrics = get_policy_loss_fn(actor.policy_loss.loss_mode)(
+        old_log_prob=rollout,
+        log_prob=current,
+        advantages=torch.ones_like(mask),
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=actor,
+    )
+    assert torch.isfinite(loss) and any(k.startswith("rollout_corr/rollout_rs_token_k1") for k in metrics), metrics
+    untouched = _ppo()  # without bypass mode the workers keep verl's loss
+    _StepParts(untouched)._bypass_loss_for_workers()
+    assert untouched.actor_rollout_ref.actor.policy_loss.loss_mode == "vanilla"

@@ -166,7 +166,9 @@ FEATURES: tuple[Feature, ...] = (
         "algorithm.rollout_correction",
         PARTIAL,
         "decoupled mode (IS weights, rejection sampling, `rollout_corr/*` metrics) through verl's "
-        "`compute_rollout_correction_and_add_to_batch`, bypass mode through `apply_bypass_mode`; rejected "
+        "`compute_rollout_correction_and_add_to_batch`, bypass mode through `apply_bypass_mode` with verl's "
+        "bypass loss set in the actor workers' config before they are built (verl 0.9.1 sets it on the driver "
+        "only, after the workers exist); rejected "
         "without `rollout.calculate_log_probs=true`, bypass with the Composer's own actor loss, and bypass with "
         "an estimator that needs entropies (no old-log-prob pass)",
         _rollout_correction,
@@ -176,6 +178,8 @@ FEATURES: tuple[Feature, ...] = (
             "test_decoupled_correction_truncates_token_is_weights_at_the_threshold",
             "test_decoupled_rejection_sampling_narrows_the_response_mask",
             "test_bypass_mode_trains_against_the_rollout_log_probs",
+            "test_bypass_mode_reaches_the_workers_loss",
+            "test_bypass_mode_trains_with_verls_bypass_loss",
             "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
         ),
     ),

@@ -97,6 +97,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         check_fidelity(self.config, self.fidelity_recipe)
+        self._bypass_loss_for_workers()
         # None when adv_estimator is one of verl's own (gae, grpo, rloo, ...): the step then calls verl's path.
         self.adv_config: AdvantageConfig | None = validate_algorithm_config(self.config.algorithm)
         uses_sepa = self.adv_config is not None and self.adv_config.uses_sepa
@@ -117,6 +118,20 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self.resume_epoch = 0
         # checked here, before the workers start, not when the run ends
         check_plot_settings(self.plot_keys, self.config.trainer.get("jsonl_metrics_path"))
+
+    def _bypass_loss_for_workers(self) -> None:
+        """Rollout-correction bypass mode: give the actor workers verl's `bypass_mode` policy loss and the correction
+        settings before they are built. verl 0.9.1's fit sets them (`apply_bypass_mode`) on the driver's copy of the
+        actor config at every step, after `init_workers` shipped that config to the workers, so there the workers keep
+        `vanilla`: `loss_type=reinforce`, rejection sampling and the loss-side `rollout_corr/*` metrics are then
+        silently lost. Set here (the workers do not exist yet), they take effect; the per-step call stays harmless."""
+        rollout_corr = self.config.algorithm.get("rollout_correction", None)
+        if not (rollout_corr and rollout_corr.get("bypass_mode", False)):
+            return
+        with open_dict(self.config):
+            policy_loss = self.config.actor_rollout_ref.actor.policy_loss
+            policy_loss.loss_mode = "bypass_mode"
+            policy_loss.rollout_correction = rollout_corr
 
     # ------------------------------------------------------------------ state that verl's checkpoints do not hold
     def extra_state_dict(self) -> dict:
