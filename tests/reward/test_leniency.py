@@ -328,6 +328,7 @@ def gen_near_miss(rng):
     n = rng.randint(1, 9999)
     return rng.choice([
         (str(n), f"{n}\\text{{ million}}", None),  # math_verify drops any trailing \text{}: its own choice
+        (str(n), f"{n}\\text{{ {rng.choice(['and', 'or'])} }}", False),  # a list comma to math_verify
         (str(n), f"{n}\\sqrt{{2}}", False),
         (str(n), f"{n}i", False),
         (str(n), f"{n}\\mathrm{{i}}", None),

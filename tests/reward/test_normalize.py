@@ -117,6 +117,9 @@ LENIENCY_CASES = [
     ("\\text{(A)}", "\\textbf{(A)}", True),
     ("10", "10\\text{ cm}", True),
     ("5", "5\\text{ million}", True),  # math_verify drops a trailing \text{} word; so does the reward
+    ("3", "3\\text{ or }", False),  # was 1: math_verify reads a lone and/or as a list comma
+    ("3", "3\\text{ and}", False),  # was 1
+    ("3", "3\\text{ or more}", True),
     ("90", "90^\\circ", True),
     ("42", "042", True),
     ("-42", "-042", True),

@@ -58,8 +58,11 @@ _BRACED_COMMA = re.compile(r"\{,\}", re.ASCII)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree(?![a-zA-Z])", re.ASCII)
 _PERCENT = re.compile(r"(?<=\d)\s*\\?%$", re.ASCII)
 _FRAC_ALIASES = re.compile(r"\\[dt]frac", re.ASCII)
-# Unit words after a number: "10\text{ cm}", "5 \mbox{meters}". Only letters and spaces, so \text{(A)} stays.
-_UNIT_TEXT = re.compile(r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z ]*\}$", re.ASCII)
+# Unit words after a number: "10\text{ cm}", "5 \mbox{meters}". Only letters and spaces, so \text{(A)} stays; not a
+# lone "and"/"or", which math_verify turns into a list comma ("3\text{ or }" is "3,", not 3).
+_UNIT_TEXT = re.compile(
+    r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{(?!\s*(?:and|or)\s*\})\s*[A-Za-z][A-Za-z ]*\}$", re.ASCII
+)
 # One text wrapper around the whole answer ("\text{(A)}", "\textbf{5}"); wrappers inside an expression stay, since
 # math_verify reads "2\mathbf{x}" as 2, not 2x.
 _TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}$", re.ASCII)
