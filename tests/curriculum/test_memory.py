@@ -222,6 +222,20 @@ def test_prompt_keys_are_stable_across_processes_and_content_based():
     assert int(other.stdout) == int(keys[3])
 
 
+def test_prompt_keys_refuse_values_without_a_content_form():
+    class Image:  # stands for a PIL image in multi-modal messages: its repr holds a memory address
+        pass
+
+    values = np.empty(1, dtype=object)
+    values[0] = [{"role": "user", "content": [{"type": "image", "image": Image()}]}]
+    with pytest.raises(ValueError, match="cannot key a prompt.*Image has no stable content form.*e.g. index"):
+        prompt_keys(values)
+    raw = np.empty(2, dtype=object)
+    raw[:] = [{"bytes": b"\x00\x01"}, {"bytes": b"\x00\x02"}]
+    first, second = prompt_keys(raw), prompt_keys(raw)
+    assert (first == second).all() and first[0] != first[1]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -24,11 +24,11 @@ multiplied by ``decay`` because the evidence is getting older while the policy m
 exploration floor: every prompt is screened with probability >= ``1 - max_skip`` at every visit, so no prompt is
 skipped forever. A skipped prompt gets no new observation (nothing was generated for it).
 
-Defaults (``MemorySettings``): skip_all_wrong 0.4, skip_all_correct 0.6, decay 0.5, max_skip 0.9. skip_all_wrong is
-the largest value that still screens >= 80% of the informative prompts (those whose N responses would be mixed) in
-the second epoch of the simulated benchmark (scripts/bench_sampling.py, docs/PASS_RATE_MEMORY.md: the measured
-trade-off between responses per training group and informative prompts screened); all-correct prompts are skipped
-more readily because a learning policy rarely unlearns them.
+Defaults (``MemorySettings``): skip_all_wrong 0.4, skip_all_correct 0.6, decay 0.5, max_skip 0.9. skip_all_wrong
+keeps >= 80% of the informative prompts (those whose N responses would be mixed) screened, with a margin (the cost
+model's limit is 0.48), in the second epoch of the simulated benchmark (scripts/bench_sampling.py; the measured
+trade-off between responses per training group and informative prompts screened is in docs/PASS_RATE_MEMORY.md);
+all-correct prompts are skipped more readily because a learning policy rarely unlearns them.
 
 Decisions draw one uniform number per offered prompt from the memory's own seeded ``numpy`` generator, whose state
 is part of ``state_dict()``: a resumed run makes the same decisions as an uninterrupted one. State is five arrays
@@ -104,14 +104,20 @@ def _check_range(name, value, low, high, high_open, low_open=False) -> None:
 
 
 def prompt_keys(values: np.ndarray) -> np.ndarray:
-    """Stable 64-bit key per prompt: blake2b of the value's canonical JSON (dict keys sorted, arrays as lists).
+    """Stable 64-bit key per prompt: blake2b of the value's canonical JSON (dict keys sorted, arrays as lists,
+    bytes as hex).
 
-    Python's ``hash`` is salted per process, so it would not survive a resume; this does. One hash per prompt
-    (not per response), so the Python loop is over prompts only.
+    Python's ``hash`` is salted per process, so it would not survive a resume; this does. Values with no content
+    form (e.g. a PIL image inside multi-modal messages, whose repr holds a memory address) are an error: key such
+    prompts by another column. One hash per prompt (not per response): the Python loop is over prompts only.
     """
     out = np.empty(len(values), dtype=np.uint64)
     for i, value in enumerate(values):
-        text = json.dumps(value, sort_keys=True, default=_jsonable, separators=(",", ":"))
+        try:
+            text = json.dumps(value, sort_keys=True, default=_jsonable, separators=(",", ":"))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"pass-rate memory: cannot key a prompt by this value ({e}); set memory.key to a "
+                             "column of plain values (text, numbers, lists, dicts), e.g. index") from None
         out[i] = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
     return out
 
@@ -121,7 +127,9 @@ def _jsonable(value):
         return value.tolist()
     if isinstance(value, np.generic):
         return value.item()
-    return repr(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"a {type(value).__name__} has no stable content form")
 
 
 def uniform_outcome(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
