@@ -79,6 +79,7 @@ def test_artifacts_round_trip_through_a_noisy_log(tmp_path):
     assert (tmp_path / "out" / "metrics.png").read_bytes() == (src / "metrics.png").read_bytes()
     assert (tmp_path / "out" / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
     assert [artifacts.is_artifact_line(x) for x in ("bye", lines[0], lines[1], lines[-1])] == [False, True, True, True]
+    assert artifacts.strip(log) == "(WorkerDict pid=1) step:1\n(vLLMHttpServer) noise\nbye"
 
 
 def test_unpack_takes_the_last_whole_block_and_rejects_a_damaged_one(tmp_path):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_ext.campaign.spec import CampaignSpec, RunPlan
-from verl_ext.launch import job
+from verl_ext.launch import artifacts, job
 
 STATE_FILE = "submit_state.json"
 ACTIVE = {"PENDING", "RUNNING"}
@@ -111,15 +111,16 @@ def submit_campaign(spec: CampaignSpec, plans: list[RunPlan], client, local_root
                 continue
             running.discard(label)
             info = client.get_job_info(entry["submission_id"])
-            entry.update(status=status, message=info.message)
+            message = artifacts.strip(info.message)[-3000:]  # Ray's message ends with the log's tail
+            entry.update(status=status, message=message)
             job.collect(client, entry["submission_id"], local_dir / label)
             state.save()
             if status == "SUCCEEDED":
                 succeeded.append(label)
                 log(f"[campaign] {label}: succeeded ({entry['submission_id']})")
             else:
-                failed[label] = info.message or status
-                log(f"[campaign] {label}: {status} ({entry['submission_id']}): {(info.message or '')[-500:]}")
+                failed[label] = message or status
+                log(f"[campaign] {label}: {status} ({entry['submission_id']}): {message[-500:]}")
     return CampaignResult(succeeded, failed, skipped)
 
 

@@ -48,6 +48,11 @@ def is_artifact_line(line: str) -> bool:
     return s.startswith((LINE, BEGIN, END))
 
 
+def strip(text: str | None) -> str:
+    """`text` (a job log or Ray's failure message, which ends with the log's tail) without the artifact block."""
+    return "\n".join(line for line in (text or "").splitlines() if not is_artifact_line(line))
+
+
 def unpack(log_text: str, dest: str | Path) -> list[str]:
     """Extract the LAST complete artifact block of a job log into `dest`; returns the extracted names ([] if the
     log holds no complete block, e.g. the driver was killed before it printed one). A block whose size or checksum

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from verl_ext.launch import job
+from verl_ext.launch import artifacts, job
 
 
 def _env_pairs(pairs: list[str]) -> dict[str, str]:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     c = job.client(args.address)
     if args.cmd == "status":
         info = c.get_job_info(args.job_id)
-        print(f"{info.status.value}: {info.message or ''}")
+        print(f"{info.status.value}: {artifacts.strip(info.message)}")
         return 0
     if args.cmd == "logs":
         print(c.get_job_logs(args.job_id), end="")
@@ -95,7 +95,8 @@ def _finish(c, job_id: str, status: str, local_dir: str | None) -> int:
     local = Path(local_dir or Path("runs") / job_id)
     names = job.collect(c, job_id, local)
     info = c.get_job_info(job_id)
-    print(f"[verl_ext.launch] {job_id}: {status}{': ' + info.message if status != 'SUCCEEDED' else ''}")
+    message = artifacts.strip(info.message)[-3000:]
+    print(f"[verl_ext.launch] {job_id}: {status}{': ' + message if status != 'SUCCEEDED' else ''}")
     print(f"[verl_ext.launch] collected {names or 'nothing'} into {local}")
     return 0 if status == "SUCCEEDED" else 1
 

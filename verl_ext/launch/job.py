@@ -167,10 +167,9 @@ def collect(c, job_id: str, local_dir: str | Path) -> list[str]:
     names = artifacts.unpack(log, local_dir)
     info = c.get_job_info(job_id)
     (local_dir / "job.json").write_text(json.dumps({
-        "submission_id": job_id, "status": str(info.status.value), "message": info.message,
+        "submission_id": job_id, "status": str(info.status.value), "message": artifacts.strip(info.message),
         "entrypoint": info.entrypoint, "metadata": info.metadata, "start_time": info.start_time,
         "end_time": info.end_time,
     }, indent=2) + "\n")
-    (local_dir / "job.log").write_text("".join(line + "\n" for line in log.splitlines()
-                                               if not artifacts.is_artifact_line(line)))
+    (local_dir / "job.log").write_text(artifacts.strip(log) + "\n")
     return names
