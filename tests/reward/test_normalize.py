@@ -16,14 +16,15 @@ from verl_ext.reward.normalize import as_rational, fast_verdict, normalize_answe
         ("\\tfrac12", "\\frac12"),
         ("\\left( 1, 2 \\right)", "(1, 2)"),  # a digit comma keeps whether it had a space (1,2 vs 1, 2)
         ("\\left(1,2\\right)", "(1,2)"),
-        ("x \\rightarrow A", "x\\rightarrowA"),  # \\right only as a delimiter, never inside \\rightarrow
+        ("x \\rightarrow A", "x\\rightarrow A"),  # \\right only as a delimiter, never inside \\rightarrow
         ("90^\\circ", "90"),
         ("90^{\\circ}", "90"),
         ("50\\%", "50"),
         ("10\\text{ cm}", "10"),
         ("5 \\mbox{meters}", "5"),
-        ("\\text{(A)}", "(A)"),
-        ("\\text{Evelyn}", "Evelyn"),
+        ("\\text{(A)}", "\\text{(A)}"),  # text wrappers are math_verify's business (\\text{0.5} is not 0.5 to it)
+        ("\\sin x", "\\sin x"),  # a space after a command name before a letter stays
+        ("\\cd ot", "\\cd ot"),
         ("x = 5", "x=5"),  # the assignment is split off by split_assignment / fast_verdict
         ("1,000,000", "1000000"),
         ("2,3", "2,3"),  # a pair, not a thousands separator
@@ -120,6 +121,12 @@ LENIENCY_CASES = [
     ("3", "3\\text{ or }", False),  # was 1: math_verify reads a lone and/or as a list comma
     ("3", "3\\text{ and}", False),  # was 1
     ("3", "3\\text{ or more}", True),
+    ("0.5", "\\text{0.5}", False),  # was 1: text wrappers were unwrapped; math_verify reads \\text{0.5} as a name
+    ("1234", "\\text{1,234}", False),  # was 1
+    ("I", "\\mathrm{I}", False),  # was 1
+    ("5", "\\textbf{x = 5}", False),  # was 1
+    ("\\cdot", "\\cd ot", False),  # was 1: whitespace inside a command name
+    ("\\sin x", "\\sinx", True),
     ("90", "90^\\circ", True),
     ("42", "042", True),
     ("-42", "-042", True),

@@ -6,9 +6,11 @@ math_verify 0.9.0 (latex2sympy2_extended 1.11.0) on the exact strings in ``tests
 ``tests/reward/test_leniency.py`` checks the whole reward against math_verify on a few thousand generated pairs.
 
 ``normalize_answer`` removes notation that math_verify also ignores: math delimiters, ``\\left``/``\\right``,
-``\\dfrac``/``\\tfrac`` (to ``\\frac``), ``^\\circ``, unit words in ``\\text{}`` after a number, a single
-``\\text{...}`` wrapping the whole answer, ``{,}`` and ``\\!`` inside numbers, and whitespace. Commas and spaces
-between digits are where a wrong rule turns a wrong answer into a right one, so they are handled narrowly:
+``\\dfrac``/``\\tfrac`` (to ``\\frac``), ``^\\circ``, unit words in ``\\text{}`` after a number (not a lone
+``and``/``or``, which math_verify reads as a list comma), ``{,}`` and ``\\!`` inside numbers, and whitespace.
+``\\text{}``/``\\mathrm{}`` wrappers stay: math_verify reads ``\\text{0.5}`` as a name, not 0.5, ``\\mathrm{I}``
+is not ``I`` and ``2\\mathbf{x}`` is 2, so only math_verify decides those. Commas and spaces between digits are where
+a wrong rule turns a wrong answer into a right one, so they are handled narrowly:
 
 - ``1,234`` / ``-12,345.5`` (the whole answer; first group ``1``-``999`` without a leading zero, then groups of
   exactly three digits, no spaces) is a thousands grouping, as math_verify reads it;
@@ -63,9 +65,6 @@ _FRAC_ALIASES = re.compile(r"\\[dt]frac", re.ASCII)
 _UNIT_TEXT = re.compile(
     r"(?<=[\d}])\s*\\(?:text|mbox|mathrm)\{(?!\s*(?:and|or)\s*\})\s*[A-Za-z][A-Za-z ]*\}$", re.ASCII
 )
-# One text wrapper around the whole answer ("\text{(A)}", "\textbf{5}"); wrappers inside an expression stay, since
-# math_verify reads "2\mathbf{x}" as 2, not 2x.
-_TEXT_WRAP = re.compile(r"^\\(?:text|textbf|mbox|mathrm|mathbf)\{([^{}]*)\}$", re.ASCII)
 _FINAL_PERIOD = re.compile(r"(?<=[^.])\.$", re.ASCII)
 _LEAD_ASSIGN = re.compile(r"^([A-Za-z](?:_\{?\w+\}?)?)\s*=\s*(?=[^=])", re.ASCII)
 _THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$", re.ASCII)
@@ -73,6 +72,7 @@ _SI_THOUSANDS = re.compile(r"^-?[1-9]\d{0,2}(?:(?:\\,|\\ |~| )\d{3})+(?:\.\d+)?$
 _SPACING = re.compile(r"\\[,;: ]|~|\s+", re.ASCII)
 _DIGIT_COMMA = re.compile(r"(?<=\d) ?, ?(?=\d)", re.ASCII)  # after _SPACING: at most one space each side
 _DIGIT_SPACE = re.compile(r"(?<=\d) (?=\d)", re.ASCII)
+_COMMAND_SPACE = re.compile(r"(\\[A-Za-z]+) (?=[A-Za-z])", re.ASCII)
 
 _INT_OR_DEC = re.compile(r"^[+-]?(?:\d+(?:\.\d+)?|\.\d+)$", re.ASCII)
 _SLASH = re.compile(r"^([+-]?\d+)/(\d+)$", re.ASCII)
@@ -90,7 +90,6 @@ def normalize_answer(text: str) -> str:
     s = _DEGREES.sub("", s).strip()
     s = _PERCENT.sub("", s)
     s = _UNIT_TEXT.sub("", s).strip()
-    s = _TEXT_WRAP.sub(r"\1", s).strip()
     # Digit groupings are judged on the whole answer before any space is touched: "1,234" is 1234 but "- 1,234",
     # "x = 1,234" and "1, 234" are not numbers to math_verify.
     if _THOUSANDS.match(s):
@@ -99,9 +98,11 @@ def normalize_answer(text: str) -> str:
         return _SPACING.sub("", s)
     s = _SPACING.sub(" ", s).strip()
     # The only spaces that survive (marked \0 while the rest go): a digit comma that had whitespace keeps one
-    # ("1, 234"), and whitespace between two digits stays one space ("12 34").
+    # ("1, 234"), whitespace between two digits stays one space ("12 34"), and so does a space after a command name
+    # before a letter ("\cd ot" is not "\cdot").
     s = _DIGIT_COMMA.sub(lambda m: "," if m.group(0) == "," else ",\0", s)
     s = _DIGIT_SPACE.sub("\0", s)
+    s = _COMMAND_SPACE.sub("\\1\0", s)
     return s.replace(" ", "").replace("\0", " ")
 
 
