@@ -19,11 +19,12 @@ GUESS = f"{sys.executable} -m verl_ext.agent.examples.guess_agent"
 CALC = f"{sys.executable} -m verl_ext.agent.examples.calc_agent"
 
 
-def agent_overrides(tmp_path, tasks, command: str, extra=()) -> list[str]:
+def agent_overrides(tmp_path, tasks, command: str, extra=(), response_length: int = 64) -> list[str]:
     return [
         f"data.train_files={tasks}",
         f"data.val_files={tasks}",
-        "data.max_response_length=64",  # the whole episode: 2 rounds of <= 16 tokens and the turns between them
+        # the whole episode's budget: its rounds (<= 16 tokens each) and the turns between them
+        f"data.max_response_length={response_length}",
         "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         f"+external_agent.command='{command}'",
@@ -35,8 +36,9 @@ def agent_overrides(tmp_path, tasks, command: str, extra=()) -> list[str]:
     ]
 
 
-def check_common(tmp_path, rows, n_episodes):
-    """What every agent run must show: all episodes trained, multi-turn samples, gateway log-probs = the actor's."""
+def check_common(tmp_path, rows, n_episodes, on_policy_steps=None):
+    """What every agent run must show: all episodes trained, multi-turn samples, gateway log-probs = the actor's
+    (checked on the steps whose episodes the weights being trained sampled: all in sync mode)."""
     for r in rows:
         assert r["agent/episodes"] == n_episodes and r["agent/ok"] == n_episodes, r
         assert math.isfinite(r["actor/grad_norm"])
@@ -46,8 +48,9 @@ def check_common(tmp_path, rows, n_episodes):
         assert (r["agent/env_tokens_mean"] > 0) == (r["agent/rounds_mean"] > 1)
         # The gateway's log-probs come from verl's rollout for the very tokens the actor scores (never
         # re-tokenized): the rollout/actor gap is the numeric one of verl's own single-turn loop on this backend.
-        assert r["training/rollout_probs_diff_mean"] < 0.01, r["training/rollout_probs_diff_mean"]
-        assert r["training/rollout_probs_diff_max"] < 0.05, r["training/rollout_probs_diff_max"]
+        if on_policy_steps is None or r["step"] in on_policy_steps:
+            assert r["training/rollout_probs_diff_mean"] < 0.01, r["training/rollout_probs_diff_mean"]
+            assert r["training/rollout_probs_diff_max"] < 0.05, r["training/rollout_probs_diff_max"]
     ledger = read_jsonl(tmp_path / "episodes.jsonl")
     assert [e["step"] for e in ledger] == [r["step"] for r in rows]
     ids = [i for e in ledger for i in e["trained"]]
@@ -87,7 +90,8 @@ def test_guess_agent_trains_with_grpo(ray_cpu, tiny_assets, tmp_path):
 def test_guess_agent_async_one_step_ahead(ray_cpu, tiny_assets, tmp_path):
     rows = run(tmp_path, tiny_assets, {"extra": ["+external_agent.mode=async"]})
     assert [r["step"] for r in rows] == [1, 2]
-    ledger = check_common(tmp_path, rows, 16)
+    # step 2 trains episodes of the weights before step 1's update: their log-probs differ by that update
+    ledger = check_common(tmp_path, rows, 16, on_policy_steps={1})
     # Step 1's episodes ran before any update; step 2's ran during step 1's update, on the weights before it:
     # exactly 1 update stale, within the bound (so none dropped as stale).
     assert [r["agent/staleness_max"] for r in rows] == [0, 1]

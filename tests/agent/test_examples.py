@@ -34,7 +34,7 @@ def test_calculator():
 
 @pytest.mark.parametrize("module", ["guess_agent", "calc_agent"])
 def test_example_agent_plays_an_episode(module, loop_thread, tiny_tokenizer, tiny_backend):
-    gw = make_gateway(tiny_tokenizer, tiny_backend, response_length=64)
+    gw = make_gateway(tiny_tokenizer, tiny_backend, response_length=128)
     loop_thread.run(gw.start())
     try:
         settings = AgentSettings.from_mapping(
@@ -50,6 +50,7 @@ def test_example_agent_plays_an_episode(module, loop_thread, tiny_tokenizer, tin
             assert r.outcome.n_segments == 1  # the agent only appends: one token-true multi-turn sample
             if module == "calc_agent":
                 metas = r.session.score["step_metas"]
-                assert len(metas) == 2 and (metas[-1] is None) == (r.session.score["score"] == 1.0)
+                assert len(metas) == len(r.session.rounds)  # the environment's reply to each assistant turn
+                assert (metas[-1] is None) == (r.session.score["score"] == 1.0)
     finally:
         loop_thread.run(gw.stop())

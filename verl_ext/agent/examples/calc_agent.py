@@ -54,34 +54,58 @@ def tool_step(reply: str) -> tuple[str, dict | None]:
         return f"[calculator] error: {e}", {"error_kind": "tool_error", "error_message": str(e)}
 
 
+def is_correct(answer: str, truth: str) -> bool:
+    m = BOXED.search(answer or "")
+    return m is not None and m.group(1).strip() == truth
+
+
 def main() -> None:
     t = task()
     truth = str(t["reward_model"]["ground_truth"]).strip()
     # The task's own prompt (a chat, as in the dataset) is the question; the model's first \\boxed{} is its
-    # calculator call, the calculator's reply comes back as the next user turn, the second \\boxed{} is the answer.
+    # calculator call, the calculator's reply comes back as the next user turn, the next \\boxed{} is the answer.
+    # A wrong answer gets feedback and `CALC_RETRIES` (default 1) more tries: that feedback is the environment's
+    # `wrong_answer` step, whose hint ("The correct answer is ...") targets the retry turn.
     prompt = t["prompt"]
     messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
     client = OpenAI()
     max_tokens = int(os.environ.get("CALC_MAX_TOKENS", "16"))
-    metas: list[dict | None] = []
-    final = ""
+    retries = int(os.environ.get("CALC_RETRIES", "1"))
+
+    turns = 0
+
+    def ask() -> str:
+        nonlocal turns
+        out = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens)
+        turns += 1
+        return out.choices[0].message.content or ""
+
+    metas: list[dict | None] = []  # metas[t]: the environment's reply to assistant turn t
+    answer = ""
     try:
-        reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens)
-        reply = reply.choices[0].message.content
-        tool_text, meta = tool_step(reply)
+        call = ask()
+        tool_text, meta = tool_step(call)
         metas.append(meta)
         messages += [
-            {"role": "assistant", "content": reply},
+            {"role": "assistant", "content": call},
             {"role": "user", "content": f"{tool_text}\nNow put the final answer within \\boxed{{}}."},
         ]
-        out = client.chat.completions.create(model="policy", messages=messages, max_tokens=max_tokens)
-        final = out.choices[0].message.content
+        answer = ask()
+        for _ in range(retries):
+            if is_correct(answer, truth):
+                break
+            metas.append({"error_kind": "wrong_answer", "ground_truth": truth})
+            messages += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": "Wrong answer. Try again within \\boxed{}."},
+            ]
+            answer = ask()
     except BadRequestError as e:
         if e.code != "context_length_exceeded":
             raise  # a real error: the episode crashes and is dropped
-    m = BOXED.search(final or "")
-    correct = m is not None and m.group(1).strip() == truth
-    metas.append(None if correct else {"error_kind": "wrong_answer", "ground_truth": truth})
+    correct = is_correct(answer, truth)
+    # one meta per assistant turn that happened; the last one is the verdict on the final answer
+    metas = metas[: max(turns - 1, 0)] + [None if correct else {"error_kind": "wrong_answer", "ground_truth": truth}]
     post_score(1.0 if correct else 0.0, step_metas=metas)
 
 
