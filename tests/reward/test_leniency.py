@@ -314,6 +314,12 @@ def gen_latex_wrappers(rng):
         (f"{letter} \\leftrightarrow {other}", f"{letter} \\rightarrow {other}", False),
         (f"\\left| {rng.randint(1, 9)} \\right|", None, None),
         (f"\\mathbf{{{rng.randint(1, 99)}}}", None, True),
+        # Wrapped numbers and letters: math_verify reads \text{0.5} and \text{1,234} as names, \mathrm{I} as i.
+        (str(n := rng.randint(1, 9999)), rng.choice([f"\\text{{{n}}}", f"\\mathbf{{{n}}}", f"\\text{{{n:,}}}"]), None),
+        (f"{n / 8:g}", rng.choice([f"\\text{{{n / 8:g}}}", f"\\mathrm{{{n / 8:g}}}"]), None),
+        (letter, rng.choice([f"\\mathrm{{{letter}}}", f"\\text{{{letter}}}", f"\\text{{{letter.lower()}}}"]), None),
+        ("I", "\\mathrm{I}", None),
+        (f"\\{rng.choice(['cdot', 'sin x', 'pi'])}", f"\\{rng.choice(['cd ot', 'si n x', 'p i'])}", False),
     ]
     gold, pred, same = rng.choice(cases)
     if pred is None:
