@@ -46,7 +46,8 @@ def test_example_agent_plays_an_episode(module, loop_thread, tiny_tokenizer, tin
 
         for r in loop_thread.run(two()):
             assert r.outcome.status.value == "ok", r.stderr
-            assert 1 <= len(r.session.rounds) <= 2 and r.session.score["score"] in (0.0, 1.0)
+            assert 1 <= len(r.session.rounds) <= (2 if module == "guess_agent" else 3)  # calc: call, answer, retry
+            assert r.session.score["score"] in (0.0, 1.0)
             assert r.outcome.n_segments == 1  # the agent only appends: one token-true multi-turn sample
             if module == "calc_agent":
                 metas = r.session.score["step_metas"]
