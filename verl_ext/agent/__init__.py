@@ -1,10 +1,13 @@
 """Agent/env RL through an OpenAI-compatible gateway (docs/AGENT.md).
 
 - `trajectory`: rounds of an episode -> verl's multi-turn sample (mask 1 = policy tokens), split on history rewrite;
-- `episode`: trained or dropped (with a counted reason);
+- `episode`: trained or dropped (with a counted reason); staleness of an episode and its bound;
 - `gateway`: the OpenAI-compatible HTTP server in front of verl's rollout, recording token-true rounds;
-- `external_loop`: the `external_agent` verl agent loop (one agent process per task, one gateway per worker);
-- `trainer`: dropped episodes out of their groups, counts, the episode ledger;
+- `agent_process`: one episode = one run of the agent command (or one pool worker's turn) on its own session;
+- `external_loop`: the `external_agent` verl agent loop (one gateway per agent-loop worker);
+- `trainer`: dropped episodes out of their groups, counts, staleness, the async run-ahead mode;
+- `ledger`: every episode of every trained step once, across crash and resume;
+- `settings`: the `external_agent` config block, checked before Ray starts; `main`: the CLI entry point;
 - `examples/`: agents written against the `openai` client only.
 
 Importing this package is cheap (no verl import); `register()` (called by the verl plugin) registers the loop.
