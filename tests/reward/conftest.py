@@ -3,7 +3,8 @@
 math_verify parses a string in 5-40 ms here (ANTLR in pure Python), which dominates the property test. Its verdicts
 are therefore kept in pytest's cache directory (``.pytest_cache``), keyed by the installed versions of math-verify,
 latex2sympy2_extended, the ANTLR runtime and sympy: a later run on the same machine and versions reuses them, a fresh
-checkout (CI) or any version change computes every verdict anew. ``pytest --cache-clear`` forces that too.
+checkout (CI) or any version change computes every verdict anew; ``pytest --cache-clear`` or
+``-p no:cacheprovider`` forces that too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def math_verify_accepts(request):
     """``math_verify_accepts(gold, pred) -> bool``: math_verify's verdict on ``\\boxed{gold}`` vs ``\\boxed{pred}``."""
     versions = "-".join(f"{name}={importlib.metadata.version(name)}" for name in _PACKAGES)
     key = f"verl_ext/math_verify_verdicts/{versions}"
-    stored = request.config.cache.get(key, {})
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: every verdict computed
+    stored = cache.get(key, {}) if cache is not None else {}
     verdicts = {tuple(k.split("\0", 1)): v for k, v in stored.items()}
     fresh = 0
 
@@ -44,5 +46,5 @@ def math_verify_accepts(request):
         return verdicts[gold, pred]
 
     yield accepts
-    if fresh:
-        request.config.cache.set(key, {f"{g}\0{p}": v for (g, p), v in verdicts.items()})
+    if fresh and cache is not None:
+        cache.set(key, {f"{g}\0{p}": v for (g, p), v in verdicts.items()})

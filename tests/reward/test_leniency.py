@@ -16,9 +16,12 @@ pure Python), so it cannot check every pair.
   shape: every digit run is abstracted to its length (capped at 4) and whether it has a leading zero, the rest of the
   string is kept verbatim, plus the verdict. The fast path's rules are regular expressions over exactly these features
   (digit-run lengths, leading zeros, separators, signs, macros), so a rule that is wrong for one pair is wrong for its
-  class; math_verify checks ``EXEMPLARS`` pairs of every class.
+  class; math_verify checks ``EXEMPLARS`` pairs of every class the reward accepts (where leniency could hide), and
+  ``REJECT_SAMPLE`` of the classes it rejects (only to measure where it is stricter).
 - Pairs the reward hands to math_verify are scored by math_verify itself (the pool's child makes the same call as the
   fixture). ``POOL_SAMPLE`` classes of them are scored end to end through ``compute_score`` and compared.
+- math_verify's verdicts are kept in ``.pytest_cache`` keyed by the installed versions (``conftest.py``): a fresh
+  checkout computes all of them (~600 pairs), a repeated run on the same machine reuses them.
 The counts (pairs, classes, checks, exceptions used, where the reward is stricter) are printed and are part of every
 failure message.
 """
@@ -39,6 +42,7 @@ SEED = 20261123
 N_PAIRS = 3000
 EXEMPLARS = 1  # math_verify checks of every class the fast path decides (2 doubles the time, found nothing more)
 POOL_SAMPLE = 24  # classes of math_verify-bound pairs scored end to end through the verify pool
+REJECT_SAMPLE = 60  # classes the fast path rejects, checked to measure strictness
 
 
 def project_score(gold: str, pred: str) -> dict:
@@ -416,12 +420,15 @@ def survey(math_verify_accepts):
     lenient, excused, stricter, pool_disagree = [], Counter(), [], []
     checked = []  # (kind, gold, pred, respelling, ours, reference)
     pool_classes = [key for key in classes if key[2] is None]
-    pool_sampled = set(random.Random(SEED).sample(pool_classes, min(POOL_SAMPLE, len(pool_classes))))
+    reject_classes = [key for key in classes if key[2] is False]
+    sample_rng = random.Random(SEED)
+    sampled = set(sample_rng.sample(pool_classes, min(POOL_SAMPLE, len(pool_classes))))
+    sampled |= set(sample_rng.sample(reject_classes, min(REJECT_SAMPLE, len(reject_classes))))
     for key, members in classes.items():
         fast = key[2]
-        if fast is None and key not in pool_sampled:
+        if fast is not True and key not in sampled:
             continue
-        for kind, gold, pred, respelling in members[: EXEMPLARS if fast is not None else 1]:
+        for kind, gold, pred, respelling in members[: EXEMPLARS if fast else 1]:
             ref = math_verify_accepts(gold, pred)
             if fast is None:
                 score = project_score(gold, pred)
