@@ -36,7 +36,7 @@ class NodeWatch(threading.Thread):
     def __init__(self, on_lost, period_s: float = 2.0):
         super().__init__(daemon=True, name="verl-ext-node-watch")
         self.on_lost, self.period_s = on_lost, period_s
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.initial: dict[str, str] = {}
 
     @staticmethod
@@ -52,7 +52,7 @@ class NodeWatch(threading.Thread):
             print(f"[verl_ext.launch] node watch disabled: {e}", flush=True)
             return
         print(f"[verl_ext.launch] watching {len(self.initial)} nodes: {sorted(self.initial)}", flush=True)
-        while not self._stop.wait(self.period_s):
+        while not self._halt.wait(self.period_s):
             try:
                 nodes = self._nodes()
             except Exception:  # noqa: BLE001, S112 -- a transient state-API error is not a lost node
@@ -63,7 +63,7 @@ class NodeWatch(threading.Thread):
                 return
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
 
 def describe_lost(nodes) -> str:
