@@ -257,3 +257,84 @@ def test_symbolic_table_agrees_with_math_verify_where_documented():
             continue  # the documented differences: exact decimals, percentages compare by their number
         ours = compute_score("t", boxed(pred), gold)["score"] == 1.0
         assert ours == _math_verify_reference(gold, pred), (gold, pred)
+
+
+MULTI_BOX_RESPONSES = [
+    "The answers are $\\boxed{1}, \\boxed{2}$.",
+    "$\\boxed{1}$ and $\\boxed{2}$",
+    "\\boxed{2}, \\boxed{1}",
+    "\\boxed{1}\n\n\\boxed{2}",
+    "First $\\boxed{3}$. Then the final answer is $\\boxed{5}$.",
+    "So $x = \\boxed{1}$ or $x = \\boxed{-2}$.",
+    "\\boxed{1}\n$\\boxed{2}$.",  # math_verify takes only the last here; a string-joining rule would not
+    "$\\boxed{4}$ , and also $\\boxed{6}$.",
+]
+MULTI_BOX_GOLDS = ["(1, 2)", "1, 2", "\\{1, 2\\}", "(2, 1)", "1", "2", "5", "\\{1, -2\\}", "-2", "4, 6", "6"]
+_SEPARATORS = [", ", " and ", " or ", "; ", "\n", " then ", ". So the final answer is ", " , and also ", " ", "$ and $",
+               "$, $", "\n\nPart (b): "]
+
+
+def _whole_response_verdicts(response: str, golds: list[str]) -> list[bool]:
+    import logging
+
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    logging.disable(logging.WARNING)
+    whole = parse(response, (LatexExtractionConfig(), ExprExtractionConfig()))
+    return [bool(verify(parse("\\boxed{" + g + "}", (LatexExtractionConfig(),)), whole)) for g in golds]
+
+
+def _generated_multi_box(n: int, seed: int) -> list[tuple[str, list[str]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        values = [str(rng.randint(-5, 12)) for _ in range(rng.randint(2, 3))]
+        parts = []
+        for i, v in enumerate(values):
+            parts.append(rng.choice(["\\boxed{%s}", "$\\boxed{%s}$"]) % v)
+            if i < len(values) - 1:
+                parts.append(rng.choice(_SEPARATORS))
+        response = "We compute. " + "".join(parts) + rng.choice(["", ".", " $.", "\n"])
+        golds = [values[-1], ", ".join(values), "(" + ", ".join(values) + ")", values[0]]
+        out.append((response, golds))
+    return out
+
+
+@pytest.mark.parametrize(
+    "response, golds",
+    [(r, MULTI_BOX_GOLDS) for r in MULTI_BOX_RESPONSES] + _generated_multi_box(24, 11),
+)
+def test_multi_box_scores_as_math_verify_scores_the_response(response, golds):
+    # Several boxes: the reward's verdict is math_verify's on the same response, for every gold; neither a
+    # last-box rule nor a string-joining rule gets all of these right (see answer_extraction's docstring).
+    reference = _whole_response_verdicts(response, golds)
+    ours = [compute_score("t", response, g)["score"] == 1.0 for g in golds]
+    assert ours == reference, list(zip(golds, ours, reference))
+
+
+def test_multi_box_decision():
+    # The documented decision (docs/REWARD.md): boxes written as a list answer a list question, not its last part.
+    response = "The answers are $\\boxed{1}, \\boxed{2}$."
+    for gold in ("(1, 2)", "1, 2", "\\{1, 2\\}"):
+        assert compute_score("t", response, gold)["score"] == 1.0, gold
+    assert compute_score("t", response, "2")["score"] == 0.0
+    result = compute_score("t", "We get $\\boxed{3}$. So the final answer is $\\boxed{5}$.", "5")
+    assert result["score"] == 1.0 and result["pred"] == "5"
+    assert compute_score("t", response, "(1, 2)")["pred"] == "1, 2"
+
+
+def test_multi_box_context_keeps_the_last_box_and_starts_at_a_line():
+    from verl_ext.reward.math_reward import MULTI_BOX_CONTEXT_CHARS, multi_box_context
+
+    short = "a\n\\boxed{1}, \\boxed{2}"
+    assert multi_box_context(short) == short
+    filler = "\n".join(f"line {i} with $x_{i}$" for i in range(2000))
+    long = "\\boxed{7} early\n" + filler + "\nSo \\boxed{1}, \\boxed{2} done."
+    context = multi_box_context(long)
+    assert context.endswith("\\boxed{1}, \\boxed{2} done.")
+    assert long[len(long) - len(context) - 1] == "\n" and context.startswith("line ")  # a whole line
+    assert MULTI_BOX_CONTEXT_CHARS <= len(context) < MULTI_BOX_CONTEXT_CHARS + 200
+    assert "\\boxed{7}" not in context
+    # A long tail after the last box stays whole: the context is measured from the last box.
+    after = long + " blah" * 3000
+    assert multi_box_context(after).endswith(" blah") and "\\boxed{1}" in multi_box_context(after)

@@ -17,10 +17,19 @@ def pool():
     p.close()
 
 
-def test_verdicts(pool):
-    assert pool.verify("\\frac{1}{2}", "0.5") is True
-    assert pool.verify("[1,2)", "(1,2]") is False
-    assert pool.verify("x^2-1", "(x-1)(x+1)") is True
+def test_verdicts():
+    # A generous limit: these verdicts are about math_verify's answers, not the time limit (a symbolic check can take
+    # over a second on a loaded 2-core machine).
+    pool = VerifyPool(size=1, timeout_s=20.0)
+    try:
+        assert pool.verify("\\frac{1}{2}", "0.5") is True
+        assert pool.verify("[1,2)", "(1,2]") is False
+        assert pool.verify("x^2-1", "(x-1)(x+1)") is True
+        # raw: the child extracts the answer from response text itself (several boxes joined by math_verify).
+        assert pool.verify("(1, 2)", "The answers are $\\boxed{1}, \\boxed{2}$.", raw=True) is True
+        assert pool.verify("2", "The answers are $\\boxed{1}, \\boxed{2}$.", raw=True) is False
+    finally:
+        pool.close()
 
 
 def test_overrun_is_killed_and_pool_recovers(pool):
@@ -29,7 +38,7 @@ def test_overrun_is_killed_and_pool_recovers(pool):
     start = time.perf_counter()
     with pytest.raises(VerifyTimeout):
         pool.verify("5", HANG)
-    assert time.perf_counter() - start < 1.0 + 0.5
+    assert time.perf_counter() - start < 1.0 + 2.0  # the limit plus scheduling slack on a loaded 2-core machine
     assert pool.kills == kills + 1
     assert pool.verify("2", "\\sqrt{4}") is True
 

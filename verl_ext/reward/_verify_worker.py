@@ -4,8 +4,10 @@ Started by ``verify_pool.VerifyPool`` as ``python <this file>`` (a script, not `
 math_verify on the path and never re-imports the parent's ``__main__``, which matters inside Ray workers).
 
 Protocol: the child prints ``ready`` once math_verify is imported and warmed up. Each request is
-``[gold, pred, seconds]`` (both strings are answer contents, wrapped in ``\\boxed{}`` here); the reply is ``1``, ``0``
-or ``e`` (math_verify raised). math_verify's own signal-based timeouts work here because this is the main thread
+``[gold, pred, seconds, raw]``: ``gold`` is an answer content, wrapped in ``\\boxed{}`` here; ``pred`` is an answer
+content wrapped the same way, or, with ``raw`` true, a piece of the response that math_verify extracts the answer
+from itself (used for responses with several boxes). The reply is ``1``, ``0`` or ``e`` (math_verify raised).
+math_verify's own signal-based timeouts work here because this is the main thread
 of its own process; they are a second line of defence for when the parent is gone. The parent enforces the real
 limit by killing this process.
 """
@@ -48,9 +50,9 @@ def main() -> None:
     gold_targets = (LatexExtractionConfig(),)
     pred_targets = (LatexExtractionConfig(), ExprExtractionConfig())
 
-    def check(gold: str, pred: str, seconds: int) -> bool:
+    def check(gold: str, pred: str, seconds: int, raw: bool = False) -> bool:
         gold_parsed = parse("\\boxed{" + gold + "}", gold_targets, parsing_timeout=seconds)
-        pred_parsed = parse("\\boxed{" + pred + "}", pred_targets, parsing_timeout=seconds)
+        pred_parsed = parse(pred if raw else "\\boxed{" + pred + "}", pred_targets, parsing_timeout=seconds)
         if not gold_parsed or not pred_parsed:
             return False
         return bool(verify(gold_parsed, pred_parsed, timeout_seconds=seconds))
@@ -64,8 +66,8 @@ def main() -> None:
     out.flush()
     for line in sys.stdin:
         try:
-            gold, pred, seconds = json.loads(line)
-            reply = "1" if check(gold, pred, int(seconds)) else "0"
+            gold, pred, seconds, raw = json.loads(line)
+            reply = "1" if check(gold, pred, int(seconds), bool(raw)) else "0"
         except Exception:
             reply = "e"
         out.write(reply + "\n")

@@ -5,14 +5,14 @@ Two ways, chosen by the caller:
   ``\\boxed 5`` form that some models write;
 - the last match of a caller-given regular expression (group 1 if the pattern has a group, else the whole match).
 
-Several boxes (``\\boxed{1}, \\boxed{2}`` for a multi-part question) are joined into one list answer ``1, 2``, by
-math_verify's own rule (latex2sympy2_extended's ``extract_boxed_content``): walking back from the last box, an
-earlier box joins when the text between the two is shorter than 10 characters, or shorter than 70 and contains
-``and``, ``or``, a comma or a semicolon and the two contents differ; equal neighbours count once. math_verify reads
-the joined boxes as a set, so ``1, 2`` (and ``2, 1``) matches a gold ``1, 2`` or ``\\{1, 2\\}``, and ``1, 2`` matches
-``(1, 2)``; a single gold ``2`` does not match. A box far from the final one (``... we get \\boxed{3}. So the final
-answer is \\boxed{5}``) is an intermediate value and is not joined. Scoring only the last box instead would give
-``\\boxed{1}, \\boxed{2}`` the reward for gold ``2``, which math_verify rejects.
+Several boxes (``\\boxed{1}, \\boxed{2}`` for a multi-part question): ``boxed_answer`` joins the final run of boxes
+into one list answer ``1, 2`` (for the ``pred`` a reward reports and verl's majority vote), by the rule of
+latex2sympy2_extended's ``extract_boxed_content``: walking back from the last box, an earlier box joins when the text
+between the two is shorter than 10 characters, or shorter than 70 and contains ``and``, ``or``, a comma or a
+semicolon and the two contents differ; equal neighbours count once. math_verify's full extraction has more rules
+(``$...$`` environments joined only by ``,``/``and``/``or``, every box inside one environment joined), so the
+reward does not score this string: a response with two or more boxes is scored by math_verify on the response
+itself (``math_reward``), and ``box_count`` tells when.
 
 Both run in time linear in the input, which the caller bounds (see ``math_reward.MathRewardConfig``).
 A truncated final box (no closing brace) counts as no answer: falling back to an earlier box would reward an
@@ -112,6 +112,14 @@ def final_boxes(text: str) -> list[str] | None:
             boxes.append(content)
         later_start = found[0]
     return boxes[::-1]
+
+
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+def box_count(text: str) -> int:
+    """Number of box commands in ``text``."""
+    return len(_BOX_COMMAND.findall(text))
 
 
 def boxed_answer(text: str) -> str | None:

@@ -1,8 +1,11 @@
 """Rule-based math reward for verl: the final ``\\boxed{}`` (or a configured regex) checked against the ground truth.
 
-Several boxes at the end (``\\boxed{1}, \\boxed{2}``) are joined into one list answer ``1, 2`` by math_verify's own
-joining rule, and scored as math_verify scores the whole response (``answer_extraction``): gold ``(1, 2)``, ``1, 2``
-or ``\\{1, 2\\}`` -> 1; gold ``2`` -> 0.
+Several boxes (``\\boxed{1}, \\boxed{2}`` for a multi-part question) are joined the way math_verify joins them, by
+letting math_verify read the response: a response with two or more box commands is scored by math_verify on the
+response itself (from the line holding a point ``MULTI_BOX_CONTEXT_CHARS`` before the last box, to the end), not
+on an extracted string. So ``\\boxed{1}, \\boxed{2}`` scores 1 for gold ``(1, 2)``, ``1, 2`` or ``\\{1, 2\\}`` and
+0 for gold ``2``, while ``we get \\boxed{3}. So the final answer is \\boxed{5}`` scores 1 for gold ``5``, exactly as
+math_verify scores them. Such responses skip the fast path (one child-process check each).
 
 Use it as verl's custom reward function::
 
@@ -18,7 +21,7 @@ and they are stricter in one place (decimals compare exactly: ``0.333333`` is no
 1. bound the response to its last ``max_response_chars`` characters and extract the answer;
    no answer -> score 0, ``no_answer=1``; an answer longer than ``max_answer_chars`` -> score 0 (never parsed);
    an empty or missing ground truth is a data error -> ValueError;
-2. normalised strings equal -> 1 (``normalize.fast_verdict``);
+2. normalised strings equal -> 1 (``normalize.fast_verdict``); skipped for a response with several boxes;
 3. both sides plain numbers -> exact rational comparison (``normalize.as_rational``; decimals are exact here,
    where math_verify would round to 6 places);
 4. otherwise math_verify in a child process with a hard time limit (``verify_pool``); overrun -> score 0,
@@ -42,7 +45,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from verl_ext.reward.answer_extraction import boxed_answer, compile_answer_pattern, last_pattern_match
+from verl_ext.reward.answer_extraction import box_count, boxed_answer, compile_answer_pattern, last_pattern_match
 from verl_ext.reward.normalize import fast_verdict
 from verl_ext.reward.verify_pool import VerifyTimeout, shared_pool
 
@@ -124,10 +127,22 @@ def ground_truth_candidates(ground_truth) -> list[str]:
 @lru_cache(maxsize=4)
 def _verdict_cache(size: int):
     @lru_cache(maxsize=size)
-    def cached(gold: str, pred: str, pool_size: int, timeout_s: float) -> bool:
-        return shared_pool(pool_size, timeout_s).verify(gold, pred)
+    def cached(gold: str, pred: str, pool_size: int, timeout_s: float, raw: bool = False) -> bool:
+        return shared_pool(pool_size, timeout_s).verify(gold, pred, raw=raw)
 
     return cached
+
+
+MULTI_BOX_CONTEXT_CHARS = 4096
+"""How far before the last box a multi-box response is handed to math_verify (rounded back to a line start, since
+math_verify's inline ``$...$`` environments never span lines). Bounds math_verify's regex work on long responses."""
+
+
+def multi_box_context(tail: str) -> str:
+    """The part of a response with several boxes that math_verify reads (see the module docstring)."""
+    last_box = max(tail.rfind("\\boxed"), tail.rfind("\\fbox"))
+    start = max(0, last_box - MULTI_BOX_CONTEXT_CHARS)
+    return tail[tail.rfind("\n", 0, start) + 1 if start else 0 :]
 
 
 def _equivalent(gold: str, pred: str, cfg: MathRewardConfig) -> bool:
@@ -174,10 +189,19 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
         )
     if len(pred) > cfg.max_answer_chars:
         return _result(0.0, pred, no_answer=False, timed_out=False, cfg=cfg)
+    context = None
+    if cfg.answer_pattern is None:
+        tail = solution_str[-cfg.max_response_chars :]
+        if box_count(tail) >= 2:
+            context = multi_box_context(tail)  # math_verify joins several boxes by its own rules: let it read them
     timed_out = False
     for gold in golds:
         try:
-            if _equivalent(gold, pred, cfg):
+            if context is not None:
+                accepted = _verdict_cache(cfg.cache_size)(gold, context, cfg.pool_size, cfg.timeout_s, raw=True)
+            else:
+                accepted = _equivalent(gold, pred, cfg)
+            if accepted:
                 return _result(1.0, pred, no_answer=False, timed_out=False, cfg=cfg)
         except VerifyTimeout:
             timed_out = True

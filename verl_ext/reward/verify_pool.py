@@ -69,11 +69,11 @@ class _Child:
         line, self._buf = self._buf.split(b"\n", 1)
         return line.decode()
 
-    def ask(self, gold: str, pred: str, timeout_s: float) -> str | None:
+    def ask(self, gold: str, pred: str, timeout_s: float, raw: bool = False) -> str | None:
         """Reply line ('1', '0', 'e'), or None when no reply came within ``timeout_s``."""
         inner_limit = max(1, int(timeout_s) + 1)  # the child's own alarm, only for an orphaned child
         try:
-            self.proc.stdin.write((json.dumps([gold, pred, inner_limit]) + "\n").encode())
+            self.proc.stdin.write((json.dumps([gold, pred, inner_limit, raw]) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return None
@@ -159,10 +159,13 @@ class VerifyPool:
                 if self._start_failed and self._deficit >= self._slots:
                     raise RuntimeError("math_verify worker failed to restart; no worker left") from None
 
-    def verify(self, gold: str, pred: str) -> bool:
-        """True when math_verify says ``pred`` equals ``gold``. Raises VerifyTimeout after ``timeout_s``."""
+    def verify(self, gold: str, pred: str, raw: bool = False) -> bool:
+        """True when math_verify says ``pred`` equals ``gold``. Raises VerifyTimeout after ``timeout_s``.
+
+        ``pred`` is an answer content (wrapped in ``\\boxed{}`` by the child), or with ``raw`` a piece of response
+        text that math_verify extracts the answer from itself."""
         child = self._acquire()
-        reply = child.ask(gold, pred, self.timeout_s)
+        reply = child.ask(gold, pred, self.timeout_s, raw)
         if reply is None:
             child.kill()
             with self._lock:
