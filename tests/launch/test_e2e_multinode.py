@@ -61,8 +61,10 @@ class ActorNodes(threading.Thread):
             except Exception:  # noqa: BLE001, S112 -- the dashboard is busy on 2 cores: poll again
                 continue
             for a in actors:
-                if a.class_name in self.seen and a.node_id:
-                    self.seen[a.class_name].add(a.node_id)
+                # verl's colocated class is created in a function: its qualified name ends with WorkerDict
+                cls = next((c for c in self.CLASSES if (a.class_name or "").endswith(c)), None)
+                if cls and a.node_id:
+                    self.seen[cls].add(a.node_id)
 
 
 def test_job_runs_on_both_nodes_and_syncs_weights(cluster, tmp_path):
