@@ -47,6 +47,8 @@ def test_warmup_mixes_the_right_digit_with_the_off_by_one_mistake_at_the_stated_
         right[d] += shown == d
     for d in range(10):
         assert right[d] / total[d] == pytest.approx(task.WARMUP_CORRECT_RATE[d], abs=0.04)
+    clean = task.warmup_examples(seed=0, size=500, mistakes=False)
+    assert all(re.search(r"\d", p).group() == re.search(r"\\boxed\{(\d+)\}", a).group(1) for p, a in clean)
 
 
 def test_reward():
@@ -89,3 +91,6 @@ def test_warmed_up_model_leaves_headroom(tiny_assets):
     assert baseline < 0.2
     assert 0.05 < sampled < 0.7, sampled
     assert greedy < 0.75, greedy  # room to learn
+    # It reads the prompt: a model that answers one constant digit (what a warm-up on other token ids than the
+    # run-time tokenizer's gave) has no signal to learn from.
+    assert len(set(answers)) >= 5, Counter(answers)

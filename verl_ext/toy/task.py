@@ -2,8 +2,10 @@
 
 Digits 0-9 are drawn uniformly, so the best constant answer passes about 1/10 of the prompts (exactly: the share of
 the most frequent digit in the set, `constant_answer_baseline`). The asset build warms the random-init model up by
-SFT on the answer format with a systematic mistake: for digit d the shown answer is d with probability
-WARMUP_CORRECT_RATE[d] (0.5 for 0 down to 0.05 for 9) and the off-by-one digit (d + 1) mod 10 otherwise. The
+SFT in two stages: right answers only (the format and the copy), then the same prompts with a systematic mistake:
+for digit d the shown answer is d with probability WARMUP_CORRECT_RATE[d] (0.6 for 0 down to 0.15 for 9) and the
+off-by-one digit (d + 1) mod 10 otherwise. (One mixed stage alone left the tiny model answering one constant digit
+in 300 steps: the copy is learned much faster from clean targets.) The
 warmed-up model therefore samples the right answer for some prompts and the wrong one for others, with a pass rate
 that differs by digit, and its greedy answer is often the off-by-one digit. RL has to learn, digit by digit, that
 the copy and not the off-by-one answer is rewarded; greedy validation accuracy can only exceed the constant-answer
@@ -24,7 +26,7 @@ _TEMPLATES = [
     "The digit is {d}; write it in \\boxed{{}}.",
 ]
 # Share of warm-up answers that are right, per digit; the rest show the off-by-one digit (d + 1) mod 10.
-WARMUP_CORRECT_RATE = tuple(round(0.5 - 0.05 * d, 2) for d in range(NUM_DIGITS))
+WARMUP_CORRECT_RATE = tuple(round(0.6 - 0.05 * d, 2) for d in range(NUM_DIGITS))
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -42,7 +44,9 @@ def tokenizer_corpus(seed: int) -> list[str]:
 
     rng = random.Random(seed)
     lines = []
-    for _ in range(400):
+    # Enough task lines that the merges " 0".." 9" are learned: the prompt's digit is then a different token from
+    # the answer's digit, a mapping the tiny model learns in the warm-up; with both the same token it did not.
+    for _ in range(2000):
         d = rng.randrange(NUM_DIGITS)
         lines.append("<|im_start|>user\n" + make_prompt(d, rng.randrange(3)) + "<|im_end|>\n<|im_start|>assistant\n")
         lines.append(answer_text(d) + "<|im_end|>")
@@ -56,13 +60,14 @@ def tokenizer_corpus(seed: int) -> list[str]:
     return lines
 
 
-def warmup_examples(seed: int, size: int = 4000) -> list[tuple[str, str]]:
-    """(prompt, shown answer) pairs: the right digit with WARMUP_CORRECT_RATE[d], else the off-by-one digit."""
-    rng = random.Random(seed + 17)
+def warmup_examples(seed: int, size: int = 4000, mistakes: bool = True) -> list[tuple[str, str]]:
+    """(prompt, shown answer) pairs. mistakes=False: always the right digit (the first warm-up stage, which teaches
+    the format and the copy); True: the right digit with WARMUP_CORRECT_RATE[d], else the off-by-one digit."""
+    rng = random.Random(seed + (17 if mistakes else 29))
     out = []
     for _ in range(size):
         d = rng.randrange(NUM_DIGITS)
-        shown = d if rng.random() < WARMUP_CORRECT_RATE[d] else (d + 1) % NUM_DIGITS
+        shown = d if not mistakes or rng.random() < WARMUP_CORRECT_RATE[d] else (d + 1) % NUM_DIGITS
         out.append((make_prompt(d, rng.randrange(3)), answer_text(shown)))
     return out
 
