@@ -407,7 +407,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         ref = self._score_rows(packed, ref=True)
         mask = packed["response_mask"]
         seq_pol, seq_ref = sequence_log_probs(policy, mask), sequence_log_probs(ref, mask)
-        loss, dpo_metrics = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], self.settings.beta_dpo)
+        loss, dpo_metrics = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=self.settings.beta_dpo)
         self._channel.update({"loss/replay_dpo": float(loss), "replay/pairs_used": float(n_pairs),
                               **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()}})
 

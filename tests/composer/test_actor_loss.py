@@ -58,6 +58,12 @@ def actor_config():
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
 
+def composer_loss(actor_config, **overrides):
+    """ComposerActorLoss with composer.yaml's values (SDPO and replay off) unless overridden."""
+    settings = dict(alpha_sdpo=0.0, jsd_beta=0.5, token_clip=None, beta_replay=0.0, beta_dpo=0.1)
+    return ComposerActorLoss(actor_config, **{**settings, **overrides})
+
+
 def _rows(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     prefixes = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in (3, 6, 4, 5)]
@@ -184,7 +190,7 @@ def test_alpha_beta_zero_is_exactly_verl_ppo_loss(model, actor_config):
         tensors[key] = torch.tensor([0.0, 0.0, 0.5, 0.5])
     td = _micro_batch(tensors, distillation_use_topk=True)
 
-    ours_loss, ours_metrics = engine_step(model, td, ComposerActorLoss(actor_config, 0.0, beta_replay=0.0), True)
+    ours_loss, ours_metrics = engine_step(model, td, composer_loss(actor_config), True)
     ours = _grads(model, ours_loss)
     plain_loss, plain_metrics = engine_step(model, td, lambda **kw: ppo_loss(actor_config, **kw), False)
     plain = _grads(model, plain_loss)
@@ -208,7 +214,7 @@ def test_sdpo_term_is_alpha_times_the_loop_jsd(model, actor_config):
     td = _micro_batch(tensors, distillation_use_topk=True)
     alpha, jsd_beta = 0.7, 0.3
 
-    loss, metrics = engine_step(model, td, ComposerActorLoss(actor_config, alpha, jsd_beta=jsd_beta, token_clip=None), True)
+    loss, metrics = engine_step(model, td, composer_loss(actor_config, alpha_sdpo=alpha, jsd_beta=jsd_beta), True)
     ours = _grads(model, loss)
 
     plain_loss, _ = engine_step(model, td, lambda **kw: ppo_loss(actor_config, **kw), False)
@@ -246,8 +252,8 @@ def test_replay_rows_add_beta_times_the_dpo_loss(model, actor_config):
     td = _micro_batch(tensors)
     beta_replay, beta_dpo = 0.5, 0.2
 
-    loss, metrics = engine_step(model, td, ComposerActorLoss(actor_config, 0.0, beta_replay=beta_replay,
-                                                             beta_dpo=beta_dpo), False)
+    loss, metrics = engine_step(model, td, composer_loss(actor_config, beta_replay=beta_replay,
+                                                         beta_dpo=beta_dpo), False)
     ours = _grads(model, loss)
     plain_loss, _ = engine_step(model, td, lambda **kw: ppo_loss(actor_config, **kw), False)
     live = (_response_log_probs(model, tensors) * tensors["response_mask"]).sum(-1)
@@ -263,7 +269,7 @@ def test_replay_rows_add_beta_times_the_dpo_loss(model, actor_config):
 def test_collect_mode_returns_the_top_k_of_every_position(model, actor_config, k):
     tensors = _batch(model, seed=6)
     td = _micro_batch(tensors, distillation_use_topk=True, **{COLLECT_FLAG: k})
-    fn = ComposerActorLoss(actor_config, 0.1)
+    fn = composer_loss(actor_config, alpha_sdpo=0.1)
     with torch.no_grad():
         logits, _ = _packed_logits(model, td)
         out = fn(student_logits=logits.unsqueeze(0), data=td)

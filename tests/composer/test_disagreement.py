@@ -6,8 +6,8 @@ import pytest
 
 from verl_ext.composer import DisagreementConfig, PairReader, PairWriter, StepRecord, extract_pairs, pair_from_step
 
-MAJORITY = DisagreementConfig()
-ANY = DisagreementConfig(rule="any_differs")
+MAJORITY = DisagreementConfig(rule="majority", min_agree=2)  # composer.yaml's defaults
+ANY = DisagreementConfig(rule="any_differs", min_agree=2)
 
 
 def step(student, *answers, names="abcd"):
@@ -44,9 +44,9 @@ def test_rule_table(student, answers, majority, any_differs):
 
 def test_min_agree_threshold():
     record = step("ls", "cat f", "cat f", "pwd")
-    assert pair_from_step(record, DisagreementConfig(min_agree=3)) is None
-    assert pair_from_step(step("ls", "cat f", "cat f", "cat f"), DisagreementConfig(min_agree=3)).chosen == "cat f"
-    assert pair_from_step(step("ls", "pwd", None, None), DisagreementConfig(min_agree=1)).chosen == "pwd"
+    assert pair_from_step(record, DisagreementConfig(rule="majority", min_agree=3)) is None
+    assert pair_from_step(step("ls", "cat f", "cat f", "cat f"), DisagreementConfig(rule="majority", min_agree=3)).chosen == "cat f"
+    assert pair_from_step(step("ls", "pwd", None, None), DisagreementConfig(rule="majority", min_agree=1)).chosen == "pwd"
 
 
 def test_provenance_and_raw_text():
@@ -61,16 +61,16 @@ def test_provenance_and_raw_text():
 
 
 def test_custom_normalisation():
-    first_word = DisagreementConfig(normalize=lambda a: a.split()[0])
+    first_word = DisagreementConfig(rule="majority", min_agree=2, normalize=lambda a: a.split()[0])
     assert pair_from_step(step("cat g", "cat f", "cat h", "pwd"), first_word) is None
     assert pair_from_step(step("ls", "cat f", "cat h", "pwd"), first_word).chosen == "cat f"
 
 
 def test_bad_config():
     with pytest.raises(ValueError, match="rule"):
-        DisagreementConfig(rule="two_of_three")
+        DisagreementConfig(rule="two_of_three", min_agree=2)
     with pytest.raises(ValueError, match="min_agree"):
-        DisagreementConfig(min_agree=0)
+        DisagreementConfig(rule="majority", min_agree=0)
 
 
 def test_writer_appends_and_reader_yields_new_pairs(tmp_path):
@@ -79,13 +79,13 @@ def test_writer_appends_and_reader_yields_new_pairs(tmp_path):
     reader = PairReader(path)
     assert list(reader.read_new()) == []  # nothing written yet
     with PairWriter(path) as writer:
-        assert writer.write(extract_pairs(records)) == 2
+        assert writer.write(extract_pairs(records, MAJORITY)) == 2
         first = list(reader.read_new())  # flushed: visible before close
         assert [p.chosen for p in first] == ["cat f", "y"]
         assert list(reader.read_new()) == []
-        writer.write(extract_pairs([step("a", "b", "b", "c")]))
+        writer.write(extract_pairs([step("a", "b", "b", "c")], MAJORITY))
     with PairWriter(path) as writer:  # a restart appends, never truncates
-        writer.write(extract_pairs([step("q", "r", "r", "r")]))
+        writer.write(extract_pairs([step("q", "r", "r", "r")], MAJORITY))
     assert [p.chosen for p in reader.read_new()] == ["b", "r"]
     with path.open("a") as f:
         f.write(json.dumps({"trace_id": "t"})[:-3])  # a writer mid-line

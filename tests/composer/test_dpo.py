@@ -51,7 +51,7 @@ def test_extreme_margins_stay_finite():
 
 def test_no_pairs_gives_zero_on_the_graph():
     empty = torch.zeros(0, requires_grad=True)
-    loss, metrics = dpo_loss(empty, empty, torch.zeros(0), torch.zeros(0))
+    loss, metrics = dpo_loss(empty, empty, torch.zeros(0), torch.zeros(0), beta=0.1)
     assert loss.item() == 0.0 and loss.requires_grad
     assert metrics == {"dpo/pairs": 0.0}
 
@@ -65,6 +65,6 @@ def test_sequence_log_probs_sums_masked_tokens():
 def test_bad_inputs():
     x = torch.zeros(3)
     with pytest.raises(ValueError, match="equal length"):
-        dpo_loss(x, x, x, torch.zeros(2))
+        dpo_loss(x, x, x, torch.zeros(2), beta=0.1)
     with pytest.raises(ValueError, match="beta"):
         dpo_loss(x, x, x, x, beta=0.0)

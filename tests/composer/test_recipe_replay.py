@@ -18,13 +18,13 @@ def test_replay_rows_give_the_mean_dpo_loss_and_its_gradient(seed, n_pairs, n_sl
     seq_ref = torch.randn(2 * n_pairs, generator=g, dtype=torch.float64) * 5
     beta = 0.3
 
-    ref_loss, _ = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta)
+    ref_loss, _ = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=beta)
     (want,) = torch.autograd.grad(ref_loss, seq_pol)
 
     cols = replay_columns(seq_pol.detach(), seq_ref, n_slots)
     rows = seq_pol[cols["row_index"]]  # copies of the scored rows, as the update batch holds them
     per_row = dpo_row_losses(rows, cols["dpo_ref_logp"].double(), cols["dpo_partner_logratio"].double(),
-                             cols["dpo_sign"], beta)
+                             cols["dpo_sign"], beta=beta)
     w = cols["dpo_weight"].double()
     surrogate = (w * (per_row - 0.5 * per_row.detach())).sum()
     (got,) = torch.autograd.grad(surrogate, seq_pol)
@@ -40,7 +40,7 @@ def test_dpo_row_losses_zero_where_no_pair_and_bad_input():
     out = dpo_row_losses(x, x, torch.zeros(3), torch.tensor([1.0, 0.0, -1.0]), beta=0.1)
     assert out[1] == 0 and out[0] > 0 and out[2] > 0
     with pytest.raises(ValueError):
-        dpo_row_losses(x, x[:2], x, x)
+        dpo_row_losses(x, x[:2], x, x, beta=0.1)
     with pytest.raises(ValueError):
         dpo_row_losses(x, x, x, x, beta=0.0)
 

@@ -89,8 +89,9 @@ def unpack_topk(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class ComposerActorLoss:
     """The actor's loss callable (see the module docstring); picklable, sent to every actor rank."""
 
-    def __init__(self, actor_config: Any, alpha_sdpo: float = 0.0, jsd_beta: float = 0.5,
-                 token_clip: float | None = None, beta_replay: float = 0.0, beta_dpo: float = 0.1):
+    def __init__(self, actor_config: Any, *, alpha_sdpo: float, jsd_beta: float, token_clip: float | None,
+                 beta_replay: float, beta_dpo: float):
+        # No defaults here: every value comes from composer.yaml through the recipe's settings.
         if alpha_sdpo < 0 or beta_replay < 0:
             raise ValueError(f"alpha_sdpo and beta_replay must be >= 0, got {alpha_sdpo}, {beta_replay}")
         self.actor_config = actor_config  # verl's ActorConfig dataclass (what the worker's own ppo_loss gets)

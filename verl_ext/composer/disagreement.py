@@ -3,7 +3,7 @@
 For each step t of a frozen trace, the student chose action Y and each teacher proposed an action (or failed).
 Answers are compared after a normalisation (default: strip, collapse whitespace, lowercase).
 
-rule "majority" (the seed's rule; min_agree = 2 recommended for 3 teachers):
+rule "majority" (the Composer design's rule; min_agree = 2 recommended for 3 teachers):
     if at least min_agree teachers agree on X and norm(Y) != X: pair (chosen = X, rejected = Y).
     All teachers disagree, or the most supported answer is the student's: no pair. If two different answers both
     reach min_agree with equal support (possible with N >= 4), the step is ambiguous: no pair.
@@ -41,8 +41,8 @@ class DisagreementConfig:
     (recommended 2); normalize: maps an action to its comparison key (recommended: task-specific, e.g. parse the
     tool call and compare name + arguments)."""
 
-    rule: str = "majority"
-    min_agree: int = 2
+    rule: str  # composer.replay.rule (default in composer.yaml)
+    min_agree: int  # composer.replay.min_agree (default in composer.yaml)
     normalize: Callable[[str], str] = default_normalize
 
     def __post_init__(self):
@@ -73,7 +73,7 @@ class DPOPair:
     answers: dict[str, str | None] = field(default_factory=dict)  # every teacher's raw answer
 
 
-def pair_from_step(record: StepRecord, config: DisagreementConfig = DisagreementConfig()) -> DPOPair | None:
+def pair_from_step(record: StepRecord, config: DisagreementConfig) -> DPOPair | None:
     """The DPO pair for one step, or None (see module docstring for the rules)."""
     norm = config.normalize
     student = norm(record.student_action)
@@ -110,7 +110,7 @@ def pair_from_step(record: StepRecord, config: DisagreementConfig = Disagreement
     )
 
 
-def extract_pairs(records, config: DisagreementConfig = DisagreementConfig()) -> list[DPOPair]:
+def extract_pairs(records, config: DisagreementConfig) -> list[DPOPair]:
     return [p for p in (pair_from_step(r, config) for r in records) if p is not None]
 
 

@@ -9,7 +9,7 @@ reference model:
     reward_c = beta * (lp_c - ref_c),   reward_r = beta * (lp_r - ref_r)
     loss     = mean over pairs of -log sigmoid(reward_c - reward_r)
 
-Assumes each pair's chosen and rejected continuations share the same context. beta_dpo = 0.1 is the default.
+Assumes each pair's chosen and rejected continuations share the same context. beta (``composer.replay.beta_dpo``) has its default in composer.yaml only.
 An empty batch (no pairs this step) gives a zero loss that still carries the inputs' graph, so the trainer can add
 it unconditionally.
 """
@@ -32,7 +32,8 @@ def dpo_loss(
     policy_rejected_logps: torch.Tensor,
     ref_chosen_logps: torch.Tensor,
     ref_rejected_logps: torch.Tensor,
-    beta: float = 0.1,
+    *,
+    beta: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean DPO loss over pairs and metrics (reward margin, accuracy, chosen/rejected rewards, pair count).
 
@@ -69,7 +70,8 @@ def dpo_row_losses(
     ref_logps: torch.Tensor,
     partner_logratios: torch.Tensor,
     signs: torch.Tensor,
-    beta: float = 0.1,
+    *,
+    beta: float,
 ) -> torch.Tensor:
     """Per-row DPO losses, each row against its pair partner's *fixed* log-ratio: (R,) -> (R,), 0 where sign == 0.
 
