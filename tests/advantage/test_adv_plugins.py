@@ -14,7 +14,7 @@ PLUGINS = '''
 import torch
 from verl_ext.advantage import TransformOutput, AlgorithmOutput, episode_vectorized
 
-def hipa_like(rewards):                      # the seed's example
+def hipa_like(rewards):                      # a HIPA-like episode plugin
     if not rewards:
         return []
     mean_r = sum(rewards) / len(rewards)
@@ -29,7 +29,7 @@ def vec_centered(rewards, group_ids, params):
     counts = torch.bincount(group_ids).to(rewards.dtype)
     return rewards - (sums / counts)[group_ids]
 
-def my_transform(ctx):                        # the seed's example, list form
+def my_transform(ctx):                        # a list-form plugin
     scale = float(ctx.params.get("scale", 1.0))
     token_advs = []
     for i, logprobs in enumerate(ctx.logprobs_G):

@@ -90,7 +90,7 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
 
 
 def test_composer_sampled_token_sdpo_one_step(ray_cpu, tiny_assets, tmp_path):
-    """The seed's Recipe B form: the hint-conditioned teacher's sampled-token log-probs shape the advantages (no
+    """The "Recipe B" form: the hint-conditioned teacher's sampled-token log-probs shape the advantages (no
     actor loss function is installed; no teacher pool: beta_replay = 0)."""
     cfg = compose_config(
         "composer",

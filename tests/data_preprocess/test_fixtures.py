@@ -1,4 +1,4 @@
-"""The fixture generators and their command line; the full-size file reproduces the seed's counts."""
+"""The fixture generators and their command line; the full-size file reproduces the published data set's counts."""
 
 import os
 import subprocess

@@ -66,7 +66,7 @@ class TransformContext:
 
     @property
     def logprobs_G(self) -> list[list[float]]:
-        """Per response, the log-probs of its masked-in tokens (the seed's list form; slow, for small plugins)."""
+        """Per response, the log-probs of its masked-in tokens (list form; slow, for small plugins)."""
         return [row[m].tolist() for row, m in zip(self.logprobs, self.response_mask)]
 
     @property

@@ -1,4 +1,4 @@
-"""Composer's actor loss: verl's PPO loss + alpha_sdpo * full-logit SDPO + beta_replay * trace-replay DPO (seed 003).
+"""Composer's actor loss: verl's PPO loss + alpha_sdpo * full-logit SDPO + beta_replay * trace-replay DPO (docs/ALGORITHMS.md section 6).
 
     total = ppo_loss (the GRPO channel) + alpha_sdpo * sdpo_jsd + beta_replay * replay_dpo
 

@@ -1,4 +1,4 @@
-"""N-teacher disagreement -> DPO pairs (Composer seed 003, channel 3, "trace replay").
+"""N-teacher disagreement -> DPO pairs (Composer channel 3, "trace replay"; docs/ALGORITHMS.md section 6).
 
 For each step t of a frozen trace, the student chose action Y and each teacher proposed an action (or failed).
 Answers are compared after a normalisation (default: strip, collapse whitespace, lowercase).

@@ -1,4 +1,4 @@
-"""`grpo_composer` advantage estimator: GRPO outcome advantage plus the sampled-token SDPO term (seed 003, Recipe B).
+"""`grpo_composer` advantage estimator: GRPO outcome advantage plus the sampled-token SDPO term ("Recipe B").
 
 GRPO (Shao et al., arXiv 2402.03300), as verl's built-in `grpo`: per response, score r = sum of its token-level
 rewards; per group g of responses to one prompt (same uid):

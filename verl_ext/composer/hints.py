@@ -1,4 +1,4 @@
-"""Error sites, hint text and the hint-augmented teacher context for Composer's SDPO channel (seed 003, channel 2).
+"""Error sites, hint text and the hint-augmented teacher context for Composer's SDPO channel (channel 2; docs/ALGORITHMS.md section 6).
 
 SDPO / OPSD (arXiv 2601.20802, 2601.18734): the teacher is the *same* model given privileged context (a hint) and
 scoring, without gradient, the tokens the student already produced. Only the post-hint tokens of the targeted turn

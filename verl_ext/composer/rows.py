@@ -1,4 +1,4 @@
-"""Extra rows for verl's actor/ref workers in verl's padded layout (Composer seed 003, channels 2 and 3).
+"""Extra rows for verl's actor/ref workers in verl's padded layout (Composer channels 2 and 3; docs/ALGORITHMS.md section 6).
 
 verl's legacy trainer scores a row as `input_ids = prompts ++ responses` where `prompts` is left-padded to P
 columns and `responses` is right-padded to R columns; `attention_mask` marks real tokens, `position_ids` count them

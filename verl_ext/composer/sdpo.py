@@ -1,4 +1,4 @@
-"""Sampled-token SDPO shaping as an advantage term (Composer seed 003, Recipe B).
+"""Sampled-token SDPO shaping as an advantage term (Composer "Recipe B", docs/ALGORITHMS.md section 6).
 
 Papers: SDPO, Huebotter et al., arXiv 2601.20802; OPSD, Zhao et al., arXiv 2601.18734 (its sampled-token form).
 The teacher is the same model scoring the student's own response tokens under the hint-augmented context, without
