@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_ext.config.errors import ConfigError
+from verl_ext.curriculum.memory import MemorySettings
 from verl_ext.metrics_log.plot import check_plot_settings
 from verl_ext.trainer.fidelity import check_fidelity
 
@@ -25,6 +26,7 @@ class CurriculumSettings:
     gen_batch_size: int  # fresh prompts drawn per generation call
     filter_metric: str
     max_num_gen_batches: int
+    memory: MemorySettings  # curriculum.memory (pass-rate memory; off by default)
 
     @property
     def N(self) -> int:
@@ -44,7 +46,16 @@ def curriculum_settings(cfg: DictConfig) -> CurriculumSettings:
         gen_batch_size=int(cfg.data.train_batch_size if gen_batch_size is None else gen_batch_size),
         filter_metric=str(cur.get("filter_metric", "acc")),
         max_num_gen_batches=int(cur.get("max_num_gen_batches", 0)),
+        memory=_memory_settings(cur.get("memory")),
     )
+
+
+def _memory_settings(node) -> MemorySettings:
+    plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    try:
+        return MemorySettings.from_mapping(plain)
+    except ValueError as e:
+        raise ConfigError(f"curriculum.memory: {e}") from e
 
 
 def prepare_config(cfg: DictConfig) -> CurriculumSettings:
@@ -57,7 +68,8 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
             cfg.curriculum.n_continue = rollout.pop("n_continue")
     s = curriculum_settings(cfg)
     cur = cfg.curriculum
-    unknown = set(cur.keys()) - {"enable", "mode", "n_continue", "filter_metric", "max_num_gen_batches", "max_screen_staleness"}
+    unknown = set(cur.keys()) - {"enable", "mode", "n_continue", "filter_metric", "max_num_gen_batches", "memory",
+                                 "max_screen_staleness"}
     if unknown:
         raise ConfigError(f"unknown curriculum keys {sorted(unknown)}; see recipe/fast_dapo/config/fast_dapo.yaml")
     if not isinstance(cur.get("enable", True), bool):
@@ -75,6 +87,9 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
     k = cur.get("max_screen_staleness", None)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise ConfigError(f"curriculum.max_screen_staleness must be null (never re-screen) or an int >= 0, got {k!r}")
+    if s.memory.enable and s.mode == "plain":
+        raise ConfigError("curriculum.memory.enable=true needs curriculum.enable=true (mode fast or dapo): plain "
+                          "sampling trains on every group, there is nothing to skip")
     if s.max_num_gen_batches < 0:
         raise ConfigError("curriculum.max_num_gen_batches must be >= 0 (0 = no limit)")
     if not s.filter_metric:
@@ -93,6 +108,9 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
 
     validate_algorithm_config(cfg.algorithm)
     check_fidelity(cfg, "fast_dapo")
+    from verl_ext.agent.settings import check_config as check_agent_config
+
+    check_agent_config(cfg)  # the external_agent block, when the agent loop is selected (or the block is set)
     return s
 
 

@@ -48,7 +48,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         self.max_num_gen_batches = s.max_num_gen_batches
         self.controller = DataController(
             train_batch_size=s.train_batch_size, n=s.n, n_continue=s.n_continue, mode=s.mode,
-            filter_metric=s.filter_metric,
+            filter_metric=s.filter_metric, memory=s.memory,
         )
         self.data_epoch = 0  # epochs of the prompt dataloader consumed (independent of training steps)
         self.pad_rows = 0  # rows added so the fused batch splits evenly over agent-loop workers
@@ -148,6 +148,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 return  # every prompt of every epoch has been used; fewer than a batch of groups remain
             self._check_generation_budget()
             self._rescreen_stale()
+            if not self.controller.has_generation_inputs:
+                continue  # the pass-rate memory skipped every fresh prompt of this batch: draw the next one
             with marked_timer("gen_total", timing_raw):
                 fused = self.controller.get_generation_inputs()
                 padded, n_pad = pad_to_multiple(fused, num_workers)

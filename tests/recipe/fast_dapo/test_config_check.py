@@ -48,6 +48,12 @@ def test_demo_preset_is_valid_and_n_continue_moves_out_of_verls_rollout_config()
         (["algorithm.adv_estimator=gtpo", "+algorithm.uncertainty_kind=telepathy"], "telepathy"),
         (["trainer.plot_keys=[critic/score/mean]", "trainer.jsonl_metrics_path=null"], "needs trainer.jsonl_metrics_path"),
         (["trainer.plot_keys=critic/score/mean"], "must be a list of metric names"),
+        (["curriculum.enable=false", "curriculum.memory.enable=true"], "memory.enable=true needs curriculum.enable"),
+        (["curriculum.memory.decay=2"], "memory.decay must be a number"),
+        (["+curriculum.memory.typo=1"], "unknown curriculum.memory keys"),
+        (["+external_agent.command=python agent.py"], "default_agent_loop is 'single_turn_agent'"),
+        (["actor_rollout_ref.rollout.agent.default_agent_loop=external_agent", "+external_agent.command=python a.py"],
+         "needs a trainer that handles agent episodes"),
     ],
 )
 def test_bad_settings_fail_before_ray(overrides, message):
@@ -59,6 +65,21 @@ def test_plain_and_dapo_modes_validate():
     assert prepare_config(_cfg("curriculum.max_screen_staleness=1")).mode == "fast"
     assert prepare_config(_cfg("curriculum.enable=false")).mode == "plain"
     assert prepare_config(_cfg("curriculum.mode=dapo")).mode == "dapo"
+
+
+def test_agent_trainer_passes_the_agent_check():
+    cfg = _cfg("actor_rollout_ref.rollout.agent.default_agent_loop=external_agent", "+external_agent.command=python a.py",
+               "trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer")
+    assert prepare_config(cfg).mode == "fast"
+
+
+def test_pass_rate_memory_setting_reaches_the_controller():
+    s = prepare_config(_cfg("curriculum.memory.enable=true", "curriculum.memory.skip_all_wrong=0.5"))
+    assert s.memory.enable and s.memory.skip_all_wrong == 0.5
+    assert not prepare_config(_cfg()).memory.enable  # off by default
+    ctrl = DataController(train_batch_size=s.train_batch_size, n=s.n, n_continue=s.n_continue, mode=s.mode,
+                          filter_metric=s.filter_metric, memory=s.memory)
+    assert ctrl.state_dict()["memory"] is not None
 
 
 def _screened_all_wrong(ctrl: DataController, n_prompts: int):
