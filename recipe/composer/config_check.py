@@ -142,6 +142,9 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     if cfg.trainer.get("use_v1", False):
         raise ConfigError("the composer recipe runs on verl's legacy trainer: set trainer.use_v1=false")
     check_fidelity(cfg, "composer")
+    from verl_ext.agent.settings import check_config as check_agent_config
+
+    check_agent_config(cfg)  # the external_agent block, when the agent loop is selected (or the block is set)
     try:
         check_plot_settings(cfg.trainer.get("plot_keys"), cfg.trainer.get("jsonl_metrics_path"))
     except (ValueError, ImportError) as e:

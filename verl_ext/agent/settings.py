@@ -105,11 +105,36 @@ def uses_external_agent(config) -> bool:
 
 
 def check_config(config) -> AgentSettings | None:
-    """Driver-side check (before Ray): the block parses, and verl's settings the episodes rely on are set."""
+    """Driver-side check (before Ray): the block parses, verl's settings the episodes rely on are set, and the trainer
+    class handles agent episodes (dropped episodes out of their groups, the ledger). An `external_agent` block without
+    the `external_agent` loop would be silently ignored, so it is an error too."""
+    from verl_ext.config.errors import ConfigError
+
     if not uses_external_agent(config):
+        if config.get("external_agent"):
+            raise ConfigError(
+                "external_agent.* is set but actor_rollout_ref.rollout.agent.default_agent_loop is "
+                f"{config.actor_rollout_ref.rollout.agent.get('default_agent_loop')!r}: set it to "
+                f"'{AGENT_LOOP_NAME}' (or remove the external_agent block)"
+            )
         return None
     s = AgentSettings.from_mapping(config.get("external_agent"))
     rollout = config.actor_rollout_ref.rollout
     if rollout.get("mode", "async") != "async":
         raise ValueError("external_agent needs verl's async rollout (actor_rollout_ref.rollout.mode=async)")
+    _check_trainer_cls(config.get("trainer", {}).get("trainer_cls"))
     return s
+
+
+def _check_trainer_cls(path) -> None:
+    from verl.utils.import_utils import load_class_from_fqn
+
+    from verl_ext.agent.trainer import AgentEpisodesMixin
+    from verl_ext.config.errors import ConfigError
+
+    cls = load_class_from_fqn(path, "trainer") if path else None
+    if cls is None or not issubclass(cls, AgentEpisodesMixin):
+        raise ConfigError(
+            f"external_agent needs a trainer that handles agent episodes, got trainer.trainer_cls={path!r}: use "
+            "verl_ext.agent.trainer.AgentPPOTrainer, AgentFastDAPOTrainer or AgentComposerTrainer"
+        )
