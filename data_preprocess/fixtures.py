@@ -176,15 +176,31 @@ def _math_set_rows(name: str, n: int, rng: random.Random) -> list[dict]:
         problem = _problem(rng, 10_000 + i)
         integer = rng.randint(0, 999)
         if name == "aime2024":
-            rows.append({"id": 60 + i, "problem": problem, "solution": f"... so \\boxed{{{integer}}}",
-                         "answer": str(integer), "url": f"https://artofproblemsolving.com/wiki/{i}", "year": "2024"})
+            rows.append(
+                {
+                    "id": 60 + i,
+                    "problem": problem,
+                    "solution": f"... so \\boxed{{{integer}}}",
+                    "answer": str(integer),
+                    "url": f"https://artofproblemsolving.com/wiki/{i}",
+                    "year": "2024",
+                }
+            )
         elif name == "aime2025":
             rows.append({"problem_idx": i + 1, "problem": problem, "answer": integer})
         elif name == "amc2023":
             rows.append({"id": i, "question": problem, "answer": float(integer), "url": f"https://aops.com/{i}"})
         elif name == "math500":
-            rows.append({"problem": problem, "solution": "...", "answer": rng.choice(_MATH500_ANSWERS),
-                         "subject": "Algebra", "level": rng.randint(1, 5), "unique_id": f"test/algebra/{i}.json"})
+            rows.append(
+                {
+                    "problem": problem,
+                    "solution": "...",
+                    "answer": rng.choice(_MATH500_ANSWERS),
+                    "subject": "Algebra",
+                    "level": rng.randint(1, 5),
+                    "unique_id": f"test/algebra/{i}.json",
+                }
+            )
         elif name == "numina_math":
             answer = str(integer)
             solution = f"Therefore the answer is $\\boxed{{{integer}}}$."
@@ -193,17 +209,33 @@ def _math_set_rows(name: str, n: int, rng: random.Random) -> list[dict]:
                 solution = "The claim follows. $\\blacksquare$"
             elif i % 7 == 5:
                 answer = ""  # answer only inside the solution
-            rows.append({"problem": problem, "solution": solution, "answer": answer, "problem_type": "Algebra",
-                         "question_type": "proof" if answer == "proof" else "math-word-problem",
-                         "problem_is_valid": "Yes", "solution_is_valid": "Yes", "source": "olympiads",
-                         "synthetic": False})
+            rows.append(
+                {
+                    "problem": problem,
+                    "solution": solution,
+                    "answer": answer,
+                    "problem_type": "Algebra",
+                    "question_type": "proof" if answer == "proof" else "math-word-problem",
+                    "problem_is_valid": "Yes",
+                    "solution_is_valid": "Yes",
+                    "source": "olympiads",
+                    "synthetic": False,
+                }
+            )
         elif name == "open_math_reasoning":
             for k in range(3):  # several generated solutions per problem
-                rows.append({"expected_answer": str(integer), "problem_type": "has_answer_extracted",
-                             "problem_source": "aops_c4_high_school_math", "generation_model": "DeepSeek-R1",
-                             "pass_rate_72b_tir": "0.5", "problem": problem,
-                             "generated_solution": f"<think>attempt {k}</think> \\boxed{{{integer}}}",
-                             "inference_mode": "cot"})
+                rows.append(
+                    {
+                        "expected_answer": str(integer),
+                        "problem_type": "has_answer_extracted",
+                        "problem_source": "aops_c4_high_school_math",
+                        "generation_model": "DeepSeek-R1",
+                        "pass_rate_72b_tir": "0.5",
+                        "problem": problem,
+                        "generated_solution": f"<think>attempt {k}</think> \\boxed{{{integer}}}",
+                        "inference_mode": "cot",
+                    }
+                )
         else:
             raise KeyError(f"no fixture layout for {name!r}")
     return rows

@@ -65,7 +65,9 @@ CONTENDERS = {
     "gtpo_sepa": ("gtpo_sepa", ALGO, True),
     "gtpo_sepa shannon_entropy": ("gtpo_sepa", {**ALGO, "uncertainty_kind": "shannon_entropy"}, True),
     "composable grpo+gtpo_hicra": (
-        "composable", {**ALGO, "advantage_mode": "grpo", "transform_mode": "gtpo_hicra"}, True
+        "composable",
+        {**ALGO, "advantage_mode": "grpo", "transform_mode": "gtpo_hicra"},
+        True,
     ),
 }
 
@@ -76,8 +78,13 @@ def call(name: str, config, token_level: bool, batch: dict, with_metrics: bool):
     fn = get_adv_estimator_fn(name)
     kwargs = {k: batch[k] for k in ("token_level_rewards", "response_mask", "index")}
     if token_level:
-        kwargs.update(old_log_probs=batch["old_log_probs"], entropys=batch["entropys"],
-                      planning_mask=batch["planning_mask"], sepa_lambda=0.5, step=100)
+        kwargs.update(
+            old_log_probs=batch["old_log_probs"],
+            entropys=batch["entropys"],
+            planning_mask=batch["planning_mask"],
+            sepa_lambda=0.5,
+            step=100,
+        )
         if with_metrics:
             kwargs["metrics"] = {}
     if name == "grpo_vectorized":
@@ -100,7 +107,8 @@ def bench_estimators(batch: dict, rounds: int) -> dict[str, float]:
     best = {label: float("inf") for label in jobs}
     for _ in range(rounds):
         for label, (name, config, token_level, metrics) in jobs.items():
-            best[label] = min(best[label], cpu_time(lambda: call(name, config, token_level, batch, metrics)))
+            # the lambda is called right here, inside this iteration, so binding the loop variables late is safe
+            best[label] = min(best[label], cpu_time(lambda: call(name, config, token_level, batch, metrics)))  # noqa: B023
     return best
 
 
@@ -126,8 +134,10 @@ def reference_speedup(batch: dict, n_ref: int, vectorised_seconds: float) -> tup
 
 def reasoning_text(n_sentences: int, non_ascii: float, seed: int = 0) -> str:
     rng = random.Random(seed)
-    words = ("the a of to and is we so then compute sum value number answer because therefore first next equals "
-             "total let me think x y z check result step case both terms side").split()
+    words = (
+        "the a of to and is we so then compute sum value number answer because therefore first next equals "
+        "total let me think x y z check result step case both terms side"
+    ).split()
     symbols = ["3", "12", "+", "=", "(x + 1)", "\\frac{1}{2}", "x^2"]
     out = []
     for _ in range(n_sentences):
@@ -160,11 +170,13 @@ def bench_detector(bs: int, T: int, rounds: int) -> None:
     for label, non_ascii in (("ASCII text", 0.0), ("text with some non-ASCII symbols", 0.013)):
         ids, bytes_per_token = detector_rows(tokenizer, bs, T, non_ascii)
         mask = torch.ones_like(ids)
-        best = min(cpu_time(lambda: detector(ids, mask)) for _ in range(rounds))
+        best = min(cpu_time(lambda: detector(ids, mask)) for _ in range(rounds))  # noqa: B023  (called at once)
         frac = float(detector(ids, mask).float().mean())
         rows_non_ascii = float(high[ids].any(dim=1).float().mean())
-        print(f"  {label:34s} {bs * T / best / 1e6:7.2f} M tokens/s  ({bs}x{T}, {bytes_per_token:.2f} bytes/token, "
-              f"{rows_non_ascii:.0%} rows non-ASCII, planning-token fraction {frac:.3f})")
+        print(
+            f"  {label:34s} {bs * T / best / 1e6:7.2f} M tokens/s  ({bs}x{T}, {bytes_per_token:.2f} bytes/token, "
+            f"{rows_non_ascii:.0%} rows non-ASCII, planning-token fraction {frac:.3f})"
+        )
 
 
 def main() -> None:
@@ -181,8 +193,10 @@ def main() -> None:
     register()
 
     bs, T = args.responses, args.tokens
-    print(f"batch {bs} responses x {T} tokens, groups of {args.group_size}, torch threads {args.threads}, "
-          f"best of {args.rounds} interleaved rounds (CPU seconds)")
+    print(
+        f"batch {bs} responses x {T} tokens, groups of {args.group_size}, torch threads {args.threads}, "
+        f"best of {args.rounds} interleaved rounds (CPU seconds)"
+    )
     batch = make_batch(bs, T, args.group_size)
     best = bench_estimators(batch, args.rounds)
     base = best["grpo_vectorized (verl)"]
@@ -192,8 +206,10 @@ def main() -> None:
 
     n_ref = min(args.ref_responses, bs)
     extrapolated, speedup = reference_speedup(batch, n_ref, best["gtpo_sepa"])
-    print(f"\n2. gtpo_sepa, per-token reference (extrapolated from {n_ref} responses to {bs}): {extrapolated:.1f} s; "
-          f"vectorised {best['gtpo_sepa']:.3f} s; speed-up {speedup:,.0f}x (extrapolated)")
+    print(
+        f"\n2. gtpo_sepa, per-token reference (extrapolated from {n_ref} responses to {bs}): {extrapolated:.1f} s; "
+        f"vectorised {best['gtpo_sepa']:.3f} s; speed-up {speedup:,.0f}x (extrapolated)"
+    )
 
     print("\n3. planning detector, one thread (goal: >= 5 M tokens/s)")
     bench_detector(args.detector_responses or bs, T, args.rounds)

@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import time
-
 from pathlib import Path
 
 import torch
@@ -119,8 +118,20 @@ def worker(impl: str, measure: str, n_tokens: int, vocab: int, beta: float, chun
 
 def run_in_subprocess(args, impl: str, measure: str, n_tokens: int) -> dict:
     cmd = [
-        sys.executable, __file__, "--worker", impl, "--measure", measure, "--tokens", str(n_tokens),
-        "--vocab", str(args.vocab), "--beta", str(args.beta), "--reps", str(args.reps),
+        sys.executable,
+        __file__,
+        "--worker",
+        impl,
+        "--measure",
+        measure,
+        "--tokens",
+        str(n_tokens),
+        "--vocab",
+        str(args.vocab),
+        "--beta",
+        str(args.beta),
+        "--reps",
+        str(args.reps),
     ]
     if args.chunk_size:
         cmd += ["--chunk-size", str(args.chunk_size)]
@@ -145,8 +156,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="section 2: training steps per arm")
     parser.add_argument("--teacher-latency-s", type=float, default=3.0, help="section 2: the toy teachers' latency")
     parser.add_argument("--out", default="outputs/bench_composer", help="section 2: run directories and logs")
-    parser.add_argument("--arms", nargs="+", choices=[a for a in ARMS if a != "baseline"],
-                        default=[a for a in ARMS if a != "baseline"], help="section 2: arms besides the baseline")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=[a for a in ARMS if a != "baseline"],
+        default=[a for a in ARMS if a != "baseline"],
+        help="section 2: arms besides the baseline",
+    )
     parser.add_argument("--worker", choices=["dense", "chunked"], help=argparse.SUPPRESS)
     parser.add_argument("--measure", choices=["mem", "time"], default="mem", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,33 +182,48 @@ def jsd_section(args) -> None:
     from verl_ext.composer.jsd import _DEFAULT_CHUNK_ELEMENTS
 
     chunk = args.chunk_size or max(1, _DEFAULT_CHUNK_ELEMENTS // args.vocab)
-    print(f"== 1. generalized_jsd_loss forward+backward, vocab {args.vocab}, beta {args.beta}, fp32, "
-          f"chunk {chunk} tokens, torch threads {torch.get_num_threads()} ==")
-    header = f"{'tokens':>7} {'inputs MiB':>11} {'dense extra MiB':>16} {'chunked extra MiB':>18} {'mem ratio':>10} " \
-             f"{'dense s':>8} {'chunked s':>10} {'time ratio':>11} {'|dloss|':>9}"
+    print(
+        f"== 1. generalized_jsd_loss forward+backward, vocab {args.vocab}, beta {args.beta}, fp32, "
+        f"chunk {chunk} tokens, torch threads {torch.get_num_threads()} =="
+    )
+    header = (
+        f"{'tokens':>7} {'inputs MiB':>11} {'dense extra MiB':>16} {'chunked extra MiB':>18} {'mem ratio':>10} "
+        f"{'dense s':>8} {'chunked s':>10} {'time ratio':>11} {'|dloss|':>9}"
+    )
     print(header)
     for n in args.tokens:
         dense = run_in_subprocess(args, "dense", "mem", n) | run_in_subprocess(args, "dense", "time", n)
         chunked = run_in_subprocess(args, "chunked", "mem", n) | run_in_subprocess(args, "chunked", "time", n)
         ratio = dense["extra_peak_mib"] / max(chunked["extra_peak_mib"], 1e-9)
-        print(f"{n:>7} {dense['inputs_mib']:>11.0f} {dense['extra_peak_mib']:>16.0f} {chunked['extra_peak_mib']:>18.0f} "
-              f"{ratio:>9.1f}x {dense['time_s']:>8.2f} {chunked['time_s']:>10.2f} "
-              f"{chunked['time_s'] / dense['time_s']:>10.2f}x {abs(dense['loss'] - chunked['loss']):>9.1e}")
+        print(
+            f"{n:>7} {dense['inputs_mib']:>11.0f} {dense['extra_peak_mib']:>16.0f} {chunked['extra_peak_mib']:>18.0f} "
+            f"{ratio:>9.1f}x {dense['time_s']:>8.2f} {chunked['time_s']:>10.2f} "
+            f"{chunked['time_s'] / dense['time_s']:>10.2f}x {abs(dense['loss'] - chunked['loss']):>9.1e}"
+        )
         if not (dense["peak_exact"] and chunked["peak_exact"]):
             print("   (peak from ru_maxrss: /proc/self/clear_refs unavailable, numbers are upper bounds)")
-    print("   extra = peak RSS during one forward+backward minus RSS with the inputs allocated; "
-          "both include the tokens x vocab gradient. Goal: mem ratio >= 4x.")
-
+    print(
+        "   extra = peak RSS during one forward+backward minus RSS with the inputs allocated; "
+        "both include the tokens x vocab gradient. Goal: mem ratio >= 4x."
+    )
 
 
 def run_arm(name: str, overrides: list[str], teachers: str, steps: int, out: Path) -> list[dict]:
     from verl_ext.metrics_log import read_jsonl
 
     run_dir = out / name
-    cmd = [sys.executable, "-m", "recipe.composer.main", "+preset=cpu_demo", *overrides,
-           f"composer.replay.teacher_pool.teachers={teachers}", f"trainer.total_training_steps={steps}",
-           f"trainer.default_local_dir={run_dir}", "trainer.jsonl_metrics_path=" + str(run_dir / "metrics.jsonl"),
-           f"trainer.experiment_name=bench_{name}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "recipe.composer.main",
+        "+preset=cpu_demo",
+        *overrides,
+        f"composer.replay.teacher_pool.teachers={teachers}",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.jsonl_metrics_path=" + str(run_dir / "metrics.jsonl"),
+        f"trainer.experiment_name=bench_{name}",
+    ]
     print(f"[bench] {name}: {' '.join(cmd[2:4] + overrides)}", flush=True)
     if run_dir.exists():
         import shutil
@@ -209,8 +240,14 @@ def steps_section(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     server = ToyTeacherServer(latency_s=args.teacher_latency_s)
-    teachers = "[" + ",".join(f"{{name: {n}, base_url: '{server.base_url}', model: {m}, api_key_env: null, timeout_s: 30}}"
-                              for n, m in (("t1", "right"), ("t2", "right"), ("t3", "wrong"))) + "]"
+    teachers = (
+        "["
+        + ",".join(
+            f"{{name: {n}, base_url: '{server.base_url}', model: {m}, api_key_env: null, timeout_s: 30}}"
+            for n, m in (("t1", "right"), ("t2", "right"), ("t3", "wrong"))
+        )
+        + "]"
+    )
     try:
         runs = {name: run_arm(name, ARMS[name], teachers, args.steps, out) for name in ["baseline", *args.arms]}
     finally:
@@ -221,11 +258,15 @@ def steps_section(args) -> None:
         return sum(vals) / max(len(vals), 1)
 
     base = mean(runs["baseline"], "timing_s/step")
-    print(f"\n== 2. per-channel step cost, composer cpu_demo preset (8 prompts x 4 responses, tiny Qwen2, vLLM-CPU + "
-          f"FSDP2), {args.steps} steps per arm, means over steps 2..{args.steps}; teacher latency "
-          f"{args.teacher_latency_s} s ==")
-    print(f"{'arm':16s} {'s/step':>7} {'vs base':>8} {'update s':>9} {'sites/step':>10} {'teacher s':>10} "
-          f"{'per-row ratio':>13} {'per-token':>9} {'replay s':>9} {'pairs/step':>10} {'teacher calls':>13}")
+    print(
+        f"\n== 2. per-channel step cost, composer cpu_demo preset (8 prompts x 4 responses, tiny Qwen2, vLLM-CPU + "
+        f"FSDP2), {args.steps} steps per arm, means over steps 2..{args.steps}; teacher latency "
+        f"{args.teacher_latency_s} s =="
+    )
+    print(
+        f"{'arm':16s} {'s/step':>7} {'vs base':>8} {'update s':>9} {'sites/step':>10} {'teacher s':>10} "
+        f"{'per-row ratio':>13} {'per-token':>9} {'replay s':>9} {'pairs/step':>10} {'teacher calls':>13}"
+    )
     for name, rows in runs.items():
         step = mean(rows, "timing_s/step")
         sites = mean(rows, "sdpo/error_sites")
@@ -233,16 +274,26 @@ def steps_section(args) -> None:
         old_lp_per_row = mean(rows, "timing_s/old_log_prob") / 32  # 8 prompts x 4 responses
         per_row = (teacher_s / sites) / old_lp_per_row if sites else float("nan")
         teacher_tokens = mean(rows, "sdpo/teacher_tokens")
-        per_token = ((teacher_s / teacher_tokens) / (mean(rows, "timing_s/old_log_prob") / mean(rows, "perf/total_num_tokens"))
-                     if teacher_tokens else float("nan"))
-        print(f"{name:16s} {step:>7.2f} {step / base:>7.2f}x {mean(rows, 'timing_s/update_actor'):>9.2f} "
-              f"{sites:>10.1f} {teacher_s:>10.2f} {per_row:>12.2f}x {per_token:>8.2f}x {mean(rows, 'timing_s/replay'):>9.3f} "
-              f"{mean(rows, 'replay/pairs_used'):>10.1f} {float(rows[-1].get('teacher/calls', 0)):>13.0f}")
-    print("   per-row ratio = (SDPO teacher pass s / error-site rows) / (old-log-prob pass s / batch rows): one teacher "
-          "row against one rollout row's forward pass (goal ~1). per-token: the same per token scored (teacher rows "
-          "are longer: the hint is in their context). At this tiny size each call's fixed overhead dominates.")
-    print("   replay s = the replay channel's time on the step (collecting arrived answers, scoring the pairs, "
-          "submitting the next queries); the teachers' own latency never appears in it.")
+        per_token = (
+            (teacher_s / teacher_tokens) / (mean(rows, "timing_s/old_log_prob") / mean(rows, "perf/total_num_tokens"))
+            if teacher_tokens
+            else float("nan")
+        )
+        print(
+            f"{name:16s} {step:>7.2f} {step / base:>7.2f}x {mean(rows, 'timing_s/update_actor'):>9.2f} "
+            f"{sites:>10.1f} {teacher_s:>10.2f} {per_row:>12.2f}x {per_token:>8.2f}x "
+            f"{mean(rows, 'timing_s/replay'):>9.3f} "
+            f"{mean(rows, 'replay/pairs_used'):>10.1f} {float(rows[-1].get('teacher/calls', 0)):>13.0f}"
+        )
+    print(
+        "   per-row ratio = (SDPO teacher pass s / error-site rows) / (old-log-prob pass s / batch rows): one teacher "
+        "row against one rollout row's forward pass (goal ~1). per-token: the same per token scored (teacher rows "
+        "are longer: the hint is in their context). At this tiny size each call's fixed overhead dominates."
+    )
+    print(
+        "   replay s = the replay channel's time on the step (collecting arrived answers, scoring the pairs, "
+        "submitting the next queries); the teachers' own latency never appears in it."
+    )
 
 
 if __name__ == "__main__":

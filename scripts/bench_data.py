@@ -77,7 +77,7 @@ def realistic_mix(n: int, seed: int = 0, group: int = 16) -> list[tuple[str, str
             choices = [([gold], 0.2), ([equivalent], 0.4), ([wrong_latex], 0.3), ([None], 0.1)]
         for _ in range(group):
             r, acc = rng.random(), 0.0
-            for options, p in choices:
+            for options, p in choices:  # noqa: B007  (the option picked is used after the loop)
                 acc += p
                 if r < acc:
                     break
@@ -103,8 +103,10 @@ def bench_preprocess(tmpdir: str) -> None:
     took = time.perf_counter() - start
     print(result.stats.report("preprocess"))
     print(f"[preprocess] train {result.n_train:,} / test {result.n_test:,}")
-    print(f"[preprocess] {facts.rows:,} rows in {took:.1f} s = {facts.rows / took:,.0f} rows/s (goal: < 60 s) -> "
-          f"{'OK' if took < 60 else 'MISSED'}")
+    print(
+        f"[preprocess] {facts.rows:,} rows in {took:.1f} s = {facts.rows / took:,.0f} rows/s (goal: < 60 s) -> "
+        f"{'OK' if took < 60 else 'MISSED'}"
+    )
 
 
 def _time_scorer(name: str, fn, pairs) -> tuple[float, list[float]]:
@@ -112,8 +114,9 @@ def _time_scorer(name: str, fn, pairs) -> tuple[float, list[float]]:
     scores = [fn(resp, gold) for resp, gold in pairs]
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
     rate = len(pairs) / wall
-    print(f"[reward] {name:<34} {len(pairs):>6} responses {wall:7.2f} s  {rate:9,.0f} /s  "
-          f"(this process cpu {cpu:.2f} s)")
+    print(
+        f"[reward] {name:<34} {len(pairs):>6} responses {wall:7.2f} s  {rate:9,.0f} /s  (this process cpu {cpu:.2f} s)"
+    )
     return rate, scores
 
 
@@ -140,15 +143,21 @@ def bench_reward(n: int, timeout_s: float) -> None:
     rate_verl, s_verl = _time_scorer("verl math_verify.compute_score", verl_math_verify.compute_score, pairs)
 
     agree = sum(a == b for a, b in zip(s_ours, s_verl)) / len(pairs)
-    print(f"[reward] ratio ours/verl: {rate_ours / rate_verl:.1f}x (no cache: {rate_nocache / rate_verl:.1f}x); "
-          f"verdict agreement {agree:.1%}; mean score ours {sum(s_ours) / n:.3f}, verl {sum(s_verl) / n:.3f}")
-    print(f"[reward] goal >= 1000/s on one core: {'OK' if rate_ours >= 1000 else 'MISSED'} "
-          f"(no cache: {'OK' if rate_nocache >= 1000 else 'MISSED'})")
+    print(
+        f"[reward] ratio ours/verl: {rate_ours / rate_verl:.1f}x (no cache: {rate_nocache / rate_verl:.1f}x); "
+        f"verdict agreement {agree:.1%}; mean score ours {sum(s_ours) / n:.3f}, verl {sum(s_verl) / n:.3f}"
+    )
+    print(
+        f"[reward] goal >= 1000/s on one core: {'OK' if rate_ours >= 1000 else 'MISSED'} "
+        f"(no cache: {'OK' if rate_nocache >= 1000 else 'MISSED'})"
+    )
 
     start = time.perf_counter()
     result = compute_score("bench", "\\boxed{9^{9^{9^{9}}}}", "5", timeout_s=timeout_s)
-    print(f"[reward] pathological answer: {time.perf_counter() - start:.2f} s, result {result}, "
-          f"worker kills so far {shared_pool(1, timeout_s).kills}")
+    print(
+        f"[reward] pathological answer: {time.perf_counter() - start:.2f} s, result {result}, "
+        f"worker kills so far {shared_pool(1, timeout_s).kills}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

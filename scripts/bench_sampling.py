@@ -129,8 +129,9 @@ def run(label, mode, gen_batch_size, args, dist, predicted_per_group, keep) -> R
         padded, _ = pad_to_multiple(ctrl.get_generation_inputs(), args.workers)
         ctrl.update(policy.generate(padded))
     predicted_calls = args.train_batch_size / (gen_batch_size * keep)
-    return Result(label, gen_batch_size, steps, ctrl.counters, predicted_per_group, predicted_calls,
-                  time.perf_counter() - start)
+    return Result(
+        label, gen_batch_size, steps, ctrl.counters, predicted_per_group, predicted_calls, time.perf_counter() - start
+    )
 
 
 @dataclass
@@ -228,12 +229,18 @@ def memory_part(args, dist) -> None:
     ]
     for b in args.sweep:
         rows.append((f"fast + memory b_w={b:g}", "fast", gbs_fast, replace(default, skip_all_wrong=b)))
-    print(f"\npass-rate memory: {args.dataset_size} prompts x {args.epochs} epochs, pass rates fixed; "
-          f"memory default {default}")
+    print(
+        f"\npass-rate memory: {args.dataset_size} prompts x {args.epochs} epochs, pass rates fixed; "
+        f"memory default {default}"
+    )
     epochs = range(1, args.epochs + 1)
-    header = f"{'mode':<26}{'gen_bs':>7}" + "".join(
-        f"{f'resp/grp e{e}':>13}{f'skip e{e}':>9}{f'inform e{e}':>11}{f'calls/step e{e}':>16}" for e in epochs
-    ) + f"{'resp/grp all':>13}{'model e2':>9}{'inform model':>13}"
+    header = (
+        f"{'mode':<26}{'gen_bs':>7}"
+        + "".join(
+            f"{f'resp/grp e{e}':>13}{f'skip e{e}':>9}{f'inform e{e}':>11}{f'calls/step e{e}':>16}" for e in epochs
+        )
+        + f"{'resp/grp all':>13}{'model e2':>9}{'inform model':>13}"
+    )
     print(header + "\n" + "-" * len(header))
     results = {}
     for label, mode, gbs, memory in rows:
@@ -255,23 +262,31 @@ def memory_part(args, dist) -> None:
     if args.epochs >= 2:
         e2 = results["fast + memory (default)"][1]
         met = e2.per_group <= 20 and e2.share >= 0.8
-        print(f"\nfast + memory (default), epoch 2: {e2.per_group:.2f} responses per training group (goal <= 20), "
-              f"{e2.share:.3f} of informative prompts screened (goal >= 0.8): {'PASS' if met else 'FAIL'}")
+        print(
+            f"\nfast + memory (default), epoch 2: {e2.per_group:.2f} responses per training group (goal <= 20), "
+            f"{e2.share:.3f} of informative prompts screened (goal >= 0.8): {'PASS' if met else 'FAIL'}"
+        )
         dapo2, fast2 = results["dapo"][1], results["fast, no memory"][1]
-        print(f"epoch 2 responses per training group: dapo {dapo2.per_group:.2f}, fast {fast2.per_group:.2f}, "
-              f"fast + memory {e2.per_group:.2f} ({fast2.per_group / e2.per_group:.3f}x fewer than fast, "
-              f"{dapo2.per_group / e2.per_group:.3f}x fewer than dapo)")
+        print(
+            f"epoch 2 responses per training group: dapo {dapo2.per_group:.2f}, fast {fast2.per_group:.2f}, "
+            f"fast + memory {e2.per_group:.2f} ({fast2.per_group / e2.per_group:.3f}x fewer than fast, "
+            f"{dapo2.per_group / e2.per_group:.3f}x fewer than dapo)"
+        )
         # The trade-off is set by the data: any rule that skips on one earlier uniform screening moves along the
         # cost model's line between these points; print where it crosses each goal.
         for b in np.linspace(0, 1, 101):
             if memory_epoch_cost(dist, n, N, b, 0.0)[0] <= 20:
-                print(f"cost model, epoch 2: <= 20 responses per group needs skip_all_wrong >= {b:.2f}, where only "
-                      f"{memory_epoch_cost(dist, n, N, b, 0.0)[1]:.3f} of the informative prompts are screened")
+                print(
+                    f"cost model, epoch 2: <= 20 responses per group needs skip_all_wrong >= {b:.2f}, where only "
+                    f"{memory_epoch_cost(dist, n, N, b, 0.0)[1]:.3f} of the informative prompts are screened"
+                )
                 break
         for b in np.linspace(1, 0, 101):
             if memory_epoch_cost(dist, n, N, b, 0.0)[1] >= 0.8:
-                print(f"cost model, epoch 2: >= 0.8 informative screened allows skip_all_wrong <= {b:.2f}, at "
-                      f"{memory_epoch_cost(dist, n, N, b, 0.0)[0]:.2f} responses per group")
+                print(
+                    f"cost model, epoch 2: >= 0.8 informative screened allows skip_all_wrong <= {b:.2f}, at "
+                    f"{memory_epoch_cost(dist, n, N, b, 0.0)[0]:.2f} responses per group"
+                )
                 break
 
 
@@ -284,12 +299,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="agent-loop workers the fused batch is padded for")
     parser.add_argument("--histogram", default=str(DEFAULT_HISTOGRAM), help="pass-rate histogram JSON")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--part", choices=("all", "steps", "memory"), default="all",
-                        help="steps: the modes over fresh prompts; memory: the pass-rate memory over epochs")
+    parser.add_argument(
+        "--part",
+        choices=("all", "steps", "memory"),
+        default="all",
+        help="steps: the modes over fresh prompts; memory: the pass-rate memory over epochs",
+    )
     parser.add_argument("--dataset-size", type=int, default=4096, help="prompts in the data set (memory part)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs over the data set (memory part)")
-    parser.add_argument("--sweep", type=float, nargs="*", default=[0.2, 0.6, 0.8, 0.9],
-                        help="other skip_all_wrong values shown with fast + memory")
+    parser.add_argument(
+        "--sweep",
+        type=float,
+        nargs="*",
+        default=[0.2, 0.6, 0.8, 0.9],
+        help="other skip_all_wrong values shown with fast + memory",
+    )
     args = parser.parse_args()
     if args.dataset_size < 1 or args.epochs < 1:
         parser.error("--dataset-size and --epochs must be >= 1")
@@ -300,8 +324,10 @@ def main() -> None:
     cost_dapo, cost_fast, cost_oracle = dapo_cost(dist, N), two_phase_cost(dist, n, N), oracle_cost(N)
     print(f"histogram {args.histogram}")
     print(f"N={N} n={n} train_batch_size={tbs} steps={args.steps} workers={args.workers} seed={args.seed}")
-    print(f"cost model (responses per training group): dapo {cost_dapo:.2f}  two-phase {cost_fast:.2f}  "
-          f"oracle {cost_oracle:.0f}   keep_N={keep_N:.4f} keep_n={keep_n:.4f}")
+    print(
+        f"cost model (responses per training group): dapo {cost_dapo:.2f}  two-phase {cost_fast:.2f}  "
+        f"oracle {cost_oracle:.0f}   keep_N={keep_N:.4f} keep_n={keep_n:.4f}"
+    )
     if args.part in ("all", "memory"):
         memory_part(args, dist)
     if args.part == "memory":
@@ -316,17 +342,21 @@ def main() -> None:
         run("fast (equal call size)", "fast", gbs_fast_equal, args, dist, cost_fast, keep_n),
     ]
 
-    header = (f"{'mode':<24}{'gen_bs':>7}{'calls/step':>11}{'pred':>7}{'resp/step':>10}{'resp/call':>10}"
-              f"{'resp/group':>11}{'cost model':>11}{'meas/model':>11}{'/oracle N':>10}{'keep':>7}{'sec':>6}")
+    header = (
+        f"{'mode':<24}{'gen_bs':>7}{'calls/step':>11}{'pred':>7}{'resp/step':>10}{'resp/call':>10}"
+        f"{'resp/group':>11}{'cost model':>11}{'meas/model':>11}{'/oracle N':>10}{'keep':>7}{'sec':>6}"
+    )
     print("\n" + header + "\n" + "-" * len(header))
     for r in results:
         c = r.counters
         calls = c["generation_calls"] / r.steps
         per_group = c["responses_per_training_group"]
-        print(f"{r.label:<24}{r.gen_batch_size:>7}{calls:>11.3f}{r.predicted_calls_per_step:>7.3f}"
-              f"{c['responses_generated'] / r.steps:>10.1f}{c['responses_generated'] / c['generation_calls']:>10.1f}"
-              f"{per_group:>11.2f}{r.predicted_per_group:>11.2f}{per_group / r.predicted_per_group:>11.4f}"
-              f"{per_group / N:>10.3f}{c['keep_rate']:>7.3f}{r.seconds:>6.1f}")
+        print(
+            f"{r.label:<24}{r.gen_batch_size:>7}{calls:>11.3f}{r.predicted_calls_per_step:>7.3f}"
+            f"{c['responses_generated'] / r.steps:>10.1f}{c['responses_generated'] / c['generation_calls']:>10.1f}"
+            f"{per_group:>11.2f}{r.predicted_per_group:>11.2f}{per_group / r.predicted_per_group:>11.4f}"
+            f"{per_group / N:>10.3f}{c['keep_rate']:>7.3f}{r.seconds:>6.1f}"
+        )
 
     dapo = results[1].counters
     dapo_calls = dapo["generation_calls"] / results[1].steps
@@ -337,9 +367,11 @@ def main() -> None:
         model_err = abs(c["responses_per_training_group"] / r.predicted_per_group - 1)
         group_ratio = dapo["responses_per_training_group"] / c["responses_per_training_group"]
         call_ratio = dapo_calls / (c["generation_calls"] / r.steps)
-        print(f"{r.label}: |meas/model - 1| = {model_err:.2%}{_goal(verdict, model_err <= 0.03, '<= 3%')}; "
-              f"dapo/fast responses per group = {group_ratio:.3f}x{_goal(verdict, group_ratio >= 1.15, '>= 1.15x')}; "
-              f"dapo/fast calls per step = {call_ratio:.3f}x{_goal(verdict, call_ratio >= 1.5, '>= 1.5x')}")
+        print(
+            f"{r.label}: |meas/model - 1| = {model_err:.2%}{_goal(verdict, model_err <= 0.03, '<= 3%')}; "
+            f"dapo/fast responses per group = {group_ratio:.3f}x{_goal(verdict, group_ratio >= 1.15, '>= 1.15x')}; "
+            f"dapo/fast calls per step = {call_ratio:.3f}x{_goal(verdict, call_ratio >= 1.5, '>= 1.5x')}"
+        )
 
 
 def _goal(verdict: bool, met: bool, goal: str) -> str:

@@ -27,9 +27,17 @@ MODES = {
 def run_mode(name: str, overrides: list[str], steps: int, out: Path) -> list[dict]:
     run_dir = out / name
     cmd = [
-        sys.executable, "-m", "recipe.fast_dapo.main", "+preset=cpu_demo", *overrides,
-        f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.val_before_train=false",
-        "trainer.save_freq=-1", f"trainer.default_local_dir={run_dir}", "trainer.resume_mode=disable",
+        sys.executable,
+        "-m",
+        "recipe.fast_dapo.main",
+        "+preset=cpu_demo",
+        *overrides,
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={run_dir}",
+        "trainer.resume_mode=disable",
         f"trainer.experiment_name=bench_{name}",
     ]
     print(f"[bench] {name}: {' '.join(cmd[2:])}", flush=True)
@@ -74,16 +82,21 @@ def main() -> None:
     if not results:
         return
     cols = list(next(iter(results.values())))
-    print("\nreal tiny-model CPU run, N = 8 (n = 4 + 4), train_batch_size = 8, gen_batch_size = 16 (the cpu_demo preset), "
-          f"{args.steps} steps per mode (* steps 2.. only)")
+    print(
+        "\nreal tiny-model CPU run, N = 8 (n = 4 + 4), train_batch_size = 8, gen_batch_size = 16 "
+        "(the cpu_demo preset), "
+        f"{args.steps} steps per mode (* steps 2.. only)"
+    )
     print(f"{'mode':6s} " + " ".join(f"{c:>15s}" for c in cols))
     for name, r in results.items():
         print(f"{name:6s} " + " ".join(f"{r[c]:15.3f}" for c in cols))
     if "dapo" not in results or "fast" not in results:
         return
     d, f = results["dapo"], results["fast"]
-    print(f"\nfast vs dapo: {d['responses/group'] / f['responses/group']:.2f}x fewer responses per training group, "
-          f"{d['calls/step'] / f['calls/step']:.2f}x fewer generation calls per training step")
+    print(
+        f"\nfast vs dapo: {d['responses/group'] / f['responses/group']:.2f}x fewer responses per training group, "
+        f"{d['calls/step'] / f['calls/step']:.2f}x fewer generation calls per training step"
+    )
 
 
 if __name__ == "__main__":

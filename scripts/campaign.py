@@ -109,17 +109,28 @@ def _submit(spec: CampaignSpec, plans, args) -> int:
     from verl_ext.launch import job
 
     if not Path(args.out_root).is_absolute():
-        raise SystemExit("--submit: --out-root is the runs' root on the cluster's shared storage and must be "
-                         f"absolute, got {args.out_root!r}")
+        raise SystemExit(
+            "--submit: --out-root is the runs' root on the cluster's shared storage and must be "
+            f"absolute, got {args.out_root!r}"
+        )
     env = dict(pair.split("=", 1) for pair in args.env)
     try:
-        result = submit_campaign(spec, plans, job.client(args.submit), args.local_root,
-                                 max_concurrent=args.max_concurrent, python=args.python, env_vars=env)
+        result = submit_campaign(
+            spec,
+            plans,
+            job.client(args.submit),
+            args.local_root,
+            max_concurrent=args.max_concurrent,
+            python=args.python,
+            env_vars=env,
+        )
     except (job.JobError, ValueError) as e:
         raise SystemExit(f"--submit: {e}") from e
     _plot(spec, plans, Path(args.local_root))
-    print(f"[campaign] {len(result.succeeded)} succeeded, {len(result.skipped)} done earlier, "
-          f"{len(result.failed)} failed of {len(plans)} runs")
+    print(
+        f"[campaign] {len(result.succeeded)} succeeded, {len(result.skipped)} done earlier, "
+        f"{len(result.failed)} failed of {len(plans)} runs"
+    )
     for label, message in result.failed.items():
         print(f"[campaign] FAILED {label}: {message[-300:]}")
     return 1 if result.failed else 0

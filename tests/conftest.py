@@ -19,7 +19,9 @@ def pytest_collection_modifyitems(config, items):
 
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none (a CPU test of the same logic sits beside it)")
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU; this machine has none (a CPU test of the same logic sits beside it)"
+    )
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

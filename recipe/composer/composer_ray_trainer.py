@@ -34,7 +34,8 @@ actor keeps verl's own loss function and the step is plain GRPO.
 Logged per step: loss/grpo (= actor/pg_loss averaged over the rollout mini-batches; actor/pg_loss itself includes
 the replay mini-batch's zero),
 loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
-sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), replay/pairs_used, replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
+sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), replay/pairs_used,
+replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
 replay/reward_margin..., teacher/calls, teacher/failures, teacher/cache_hits, teacher/tokens,
 teacher/pending_queries; timings timing_s/sdpo_teacher and timing_s/replay.
 
@@ -58,6 +59,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
+from recipe.composer.config_check import composer_settings
 from verl_ext.composer.actor_loss import DPO_COLUMNS, SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
@@ -75,8 +77,6 @@ from verl_ext.composer.rows import pack_rows, valid_tokens
 from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
 from verl_ext.reward.answer_extraction import last_boxed
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
-
-from recipe.composer.config_check import composer_settings
 
 
 def answer_key(text: str) -> str:
@@ -167,10 +167,16 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         super().init_workers()
         if self.full_logit_sdpo or self.settings.replay_on:
             s = self.settings
-            self.actor_rollout_wg.set_loss_fn(ComposerActorLoss(
-                omega_conf_to_dataclass(self.config.actor_rollout_ref.actor),
-                alpha_sdpo=s.alpha_sdpo if self.full_logit_sdpo else 0.0, jsd_beta=s.jsd_beta,
-                token_clip=s.token_clip, beta_replay=s.beta_replay, beta_dpo=s.beta_dpo))
+            self.actor_rollout_wg.set_loss_fn(
+                ComposerActorLoss(
+                    omega_conf_to_dataclass(self.config.actor_rollout_ref.actor),
+                    alpha_sdpo=s.alpha_sdpo if self.full_logit_sdpo else 0.0,
+                    jsd_beta=s.jsd_beta,
+                    token_clip=s.token_clip,
+                    beta_replay=s.beta_replay,
+                    beta_dpo=s.beta_dpo,
+                )
+            )
 
     def actor_update_flags(self) -> dict:
         # verl's engine calls the loss function as a logits processor only with this flag (actor_loss.py).
@@ -198,20 +204,28 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         jsd_tokens = metrics.pop("actor/composer/sdpo_tokens", None)
         if self.full_logit_sdpo:
             self._channel["loss/sdpo"] = float(jsd_sum) / float(jsd_tokens) if jsd_tokens else 0.0
-        dpo_sum, dpo_pairs = metrics.pop("actor/composer/dpo_loss_sum", None), metrics.pop("actor/composer/dpo_pairs", None)
+        dpo_sum, dpo_pairs = (
+            metrics.pop("actor/composer/dpo_loss_sum", None),
+            metrics.pop("actor/composer/dpo_pairs", None),
+        )
         if dpo_pairs:
             self._channel["replay/dpo_loss_update"] = float(dpo_sum) / float(dpo_pairs)
         metrics.update(self._channel)
         grpo = self._grpo_loss if self._grpo_loss is not None else float(metrics.get("actor/pg_loss", 0.0))
         metrics["loss/grpo"] = grpo
-        metrics["loss/total"] = (grpo + self.settings.alpha_sdpo * self._channel["loss/sdpo"]
-                                 + self.settings.beta_replay * self._channel["loss/replay_dpo"])
+        metrics["loss/total"] = (
+            grpo
+            + self.settings.alpha_sdpo * self._channel["loss/sdpo"]
+            + self.settings.beta_replay * self._channel["loss/replay_dpo"]
+        )
         self._replay_block = None
         return batch
 
     def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
         sdpo = None
-        self._channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0})
+        self._channel.update(
+            {"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0}
+        )
         if self.settings.sdpo_on:
             with marked_timer("sdpo_teacher", self._timing, color="purple"):
                 sdpo = self._sdpo_inputs(batch)
@@ -228,14 +242,16 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 self._replay_block = self._replay_rows(batch)
                 self._submit_teacher_queries(batch)  # after the pairs of earlier steps: never waited on here
             stats = self.pool.stats()
-            self._channel.update({
-                "teacher/calls": float(stats["calls"]),
-                "teacher/failures": float(sum(stats["failures"].values())),
-                "teacher/cache_hits": float(stats["cache_hits"]),
-                "teacher/tokens": float(stats["tokens"]),
-                "teacher/pending_queries": float(len(self._pending)),
-                "replay/pairs_queued": float(len(self._pair_queue)),
-            })
+            self._channel.update(
+                {
+                    "teacher/calls": float(stats["calls"]),
+                    "teacher/failures": float(sum(stats["failures"].values())),
+                    "teacher/cache_hits": float(stats["cache_hits"]),
+                    "teacher/tokens": float(stats["tokens"]),
+                    "teacher/pending_queries": float(len(self._pending)),
+                    "replay/pairs_queued": float(len(self._pair_queue)),
+                }
+            )
         return batch
 
     def _update_actor(self, batch: DataProto) -> DataProto:
@@ -246,7 +262,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         # verl reports pg_loss per mini-batch; the replay mini-batch (first of each epoch) has zero advantages, so
         # loss/grpo averages the others only.
         pg = output.meta_info["metrics"].get("actor/pg_loss")
-        per_epoch = len(merged) // (int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt)
+        per_epoch = len(merged) // (
+            int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
+        )
         if isinstance(pg, list) and per_epoch > 1 and len(pg) % per_epoch == 0:
             self._grpo_loss = float(np.mean([v for i, v in enumerate(pg) if i % per_epoch]))
         return output
@@ -270,13 +288,19 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         n = tensors["input_ids"].shape[0]
         wg = self.actor_rollout_wg if (not ref or self.ref_in_actor) else self.ref_policy_wg
         section = self.config.actor_rollout_ref.ref if ref else self.config.actor_rollout_ref.rollout
-        micro = 1 if section.get("log_prob_use_dynamic_bsz", False) else int(
-            section.get("log_prob_micro_batch_size_per_gpu") or 1)
+        micro = (
+            1
+            if section.get("log_prob_use_dynamic_bsz", False)
+            else int(section.get("log_prob_micro_batch_size_per_gpu") or 1)
+        )
         pad = (-n) % (wg.world_size * micro)
         if pad:
             tensors = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in tensors.items()}
-        meta = {"temperature": self.config.actor_rollout_ref.rollout.temperature,
-                "global_token_num": tensors["attention_mask"].sum(-1).tolist(), "images_seqlens": []}
+        meta = {
+            "temperature": self.config.actor_rollout_ref.rollout.temperature,
+            "global_token_num": tensors["attention_mask"].sum(-1).tolist(),
+            "images_seqlens": [],
+        }
         return DataProto.from_dict(tensors=dict(tensors), meta_info=meta), n
 
     def _actor_forward(self, tensors: dict[str, torch.Tensor], **flags):
@@ -297,8 +321,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _score_topk(self, tensors: dict[str, torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(n, R, k) top-k log-probs and ids at the rows' response positions (k <= 0: the whole vocabulary), from
         the actor's loss function in collect mode (actor_loss.py)."""
-        out, td, n = self._actor_forward(tensors, compute_loss=True, distillation_use_topk=True,
-                                         composer_collect_topk=k)
+        out, td, n = self._actor_forward(
+            tensors, compute_loss=True, distillation_use_topk=True, composer_collect_topk=k
+        )
         width = sum(1 for key in out.keys() if key.startswith(TOPK_PREFIX))
         # One (nnz, k) tensor through no_padding_2_padding (it keeps trailing dims) instead of k slicing loops.
         flat = torch.stack([out[f"{TOPK_PREFIX}{j}"].values() for j in range(width)], -1)
@@ -315,23 +340,42 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         attn = batch.batch["attention_mask"]
         texts = None
         if self.settings.sibling_solution:
-            texts = self.tokenizer.batch_decode(responses.masked_fill(~mask.bool(), self.tokenizer.pad_token_id),
-                                                skip_special_tokens=True)
+            texts = self.tokenizer.batch_decode(
+                responses.masked_fill(~mask.bool(), self.tokenizer.pad_token_id), skip_special_tokens=True
+            )
         sites = error_sites_for_batch(nt, texts)
-        plan = plan_teacher_rows(valid_tokens(batch.batch["prompts"], attn[:, :prompt_width]),
-                                 valid_tokens(responses, attn[:, prompt_width:]), mask, sites, self.tokenizer,
-                                 mode=self.settings.hint_mode)
+        plan = plan_teacher_rows(
+            valid_tokens(batch.batch["prompts"], attn[:, :prompt_width]),
+            valid_tokens(responses, attn[:, prompt_width:]),
+            mask,
+            sites,
+            self.tokenizer,
+            mode=self.settings.hint_mode,
+        )
         error_mask = torch.zeros_like(mask, dtype=torch.bool)
         for t in plan:
             error_mask[t.row] |= t.columns
         self._channel.update({"sdpo/error_sites": float(len(plan)), "sdpo/tokens": float(error_mask.sum())})
         if not plan:
-            return None if self.full_logit_sdpo else {
-                "sdpo_teacher_log_probs": torch.zeros_like(batch.batch["old_log_probs"]), "sdpo_error_mask": error_mask}
-        packed = pack_rows([t.prefix for t in plan], [t.continuation for t in plan], self.tokenizer.pad_token_id,
-                           response_width=responses.shape[1])
-        packed["response_mask"] = torch.stack([  # the rollout's own mask, shifted with the continuation
-            torch.cat([mask[t.row, t.start:], mask.new_zeros(t.start)]) for t in plan])
+            return (
+                None
+                if self.full_logit_sdpo
+                else {
+                    "sdpo_teacher_log_probs": torch.zeros_like(batch.batch["old_log_probs"]),
+                    "sdpo_error_mask": error_mask,
+                }
+            )
+        packed = pack_rows(
+            [t.prefix for t in plan],
+            [t.continuation for t in plan],
+            self.tokenizer.pad_token_id,
+            response_width=responses.shape[1],
+        )
+        packed["response_mask"] = torch.stack(
+            [  # the rollout's own mask, shifted with the continuation
+                torch.cat([mask[t.row, t.start :], mask.new_zeros(t.start)]) for t in plan
+            ]
+        )
         self._channel["sdpo/teacher_tokens"] = float(packed["attention_mask"].sum())
         if self.full_logit_sdpo:
             lp, ids = self._score_topk(packed, self.settings.teacher_topk)
@@ -339,8 +383,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             batch.batch["sdpo_topk_log_probs"] = place_teacher_values(plan, lp, torch.zeros(b, width, k))
             batch.batch["sdpo_topk_ids"] = place_teacher_values(plan, ids, torch.zeros(b, width, k, dtype=torch.int32))
             # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
-            n_minibatches = len(batch) / (int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size)
-                                          * self.responses_per_prompt)
+            n_minibatches = len(batch) / (
+                int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
+            )
             batch.batch["sdpo_weight"] = error_mask.float() * (n_minibatches / float(error_mask.sum()))
             return None
         teacher = place_teacher_values(plan, self._score_rows(packed), torch.zeros_like(batch.batch["old_log_probs"]))
@@ -354,8 +399,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         attn, prompt_width = batch.batch["attention_mask"], batch.batch["prompts"].shape[1]
         prompt_ids = valid_tokens(batch.batch["prompts"], attn[:, :prompt_width])
         mask = batch.batch["response_mask"].bool()
-        texts = self.tokenizer.batch_decode(batch.batch["responses"].masked_fill(~mask, self.tokenizer.pad_token_id),
-                                            skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(
+            batch.batch["responses"].masked_fill(~mask, self.tokenizer.pad_token_id), skip_special_tokens=True
+        )
         groups: dict[str, dict] = {}
         for i, uid in enumerate(nt["uid"]):
             if uid not in groups:
@@ -382,8 +428,15 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                     if answer_key(text) in seen:
                         continue
                     seen.add(answer_key(text))
-                    records.append(StepRecord(ctx["trace_id"], step, text, teacher_texts,
-                                              prompt={"messages": ctx["messages"], "ids": ctx["ids"]}))
+                    records.append(
+                        StepRecord(
+                            ctx["trace_id"],
+                            step,
+                            text,
+                            teacher_texts,
+                            prompt={"messages": ctx["messages"], "ids": ctx["ids"]},
+                        )
+                    )
             self.pair_writer.write(extract_pairs(records, self.disagreement))
         self._pending = still
         self._pair_queue.extend(self.pair_reader.read_new())
@@ -401,15 +454,23 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             for text in (pair.chosen, pair.rejected):
                 prefixes.append(pair.prompt["ids"][-width_p:])
                 responses.append((self.tokenizer.encode(text, add_special_tokens=False) + [eos])[:width_r])
-        packed = pack_rows(prefixes, responses, self.tokenizer.pad_token_id, response_width=width_r,
-                           prefix_width=width_p)
+        packed = pack_rows(
+            prefixes, responses, self.tokenizer.pad_token_id, response_width=width_r, prefix_width=width_p
+        )
         policy = self._score_rows(packed)
         ref = self._score_rows(packed, ref=True)
         mask = packed["response_mask"]
         seq_pol, seq_ref = sequence_log_probs(policy, mask), sequence_log_probs(ref, mask)
-        loss, dpo_metrics = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=self.settings.beta_dpo)
-        self._channel.update({"loss/replay_dpo": float(loss), "replay/pairs_used": float(n_pairs),
-                              **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()}})
+        loss, dpo_metrics = dpo_loss(
+            seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=self.settings.beta_dpo
+        )
+        self._channel.update(
+            {
+                "loss/replay_dpo": float(loss),
+                "replay/pairs_used": float(n_pairs),
+                **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()},
+            }
+        )
 
         rows_per_minibatch = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
         cols = replay_columns(seq_pol, seq_ref, rows_per_minibatch // 2)

@@ -20,8 +20,9 @@ COMPOSER_YAML = Path(__file__).parent / "config" / "composer.yaml"
 # The recipe's defaults live in composer.yaml only (each documented there); keys a config leaves out take them.
 _YAML = OmegaConf.load(COMPOSER_YAML)
 _DEFAULT_SDPO = OmegaConf.to_container(_YAML.composer.sdpo)
-_DEFAULT_REPLAY = {k: v for k, v in OmegaConf.to_container(_YAML.composer.replay).items()
-                   if k not in ("pairs_path", "teacher_pool")}  # these two point at the run's directory
+_DEFAULT_REPLAY = {
+    k: v for k, v in OmegaConf.to_container(_YAML.composer.replay).items() if k not in ("pairs_path", "teacher_pool")
+}  # these two point at the run's directory
 HINT_MODES = ("turn", "append")
 SDPO_FORMS = ("full_logit", "sampled_token")
 _TOP_KEYS = {"beta_replay", "sdpo", "replay"}
@@ -63,15 +64,19 @@ def _plain(node) -> dict:
 def _check_keys(section: dict, allowed: set, where: str) -> None:
     unknown = set(section) - allowed
     if unknown:
-        raise ConfigError(f"unknown {where} keys {sorted(unknown)}; allowed: {sorted(allowed)} "
-                          "(see recipe/composer/config/composer.yaml)")
+        raise ConfigError(
+            f"unknown {where} keys {sorted(unknown)}; allowed: {sorted(allowed)} "
+            "(see recipe/composer/config/composer.yaml)"
+        )
 
 
 def composer_settings(cfg: DictConfig) -> ComposerSettings:
     """Validated settings from a resolved run config; ConfigError names the offending key."""
     algo = cfg.algorithm
     if algo.adv_estimator != "grpo_composer":
-        raise ConfigError(f"the composer recipe needs algorithm.adv_estimator=grpo_composer, got {algo.adv_estimator!r}")
+        raise ConfigError(
+            f"the composer recipe needs algorithm.adv_estimator=grpo_composer, got {algo.adv_estimator!r}"
+        )
     comp = _plain(cfg.get("composer"))
     _check_keys(comp, _TOP_KEYS, "composer")
     sdpo, replay = comp.get("sdpo") or {}, comp.get("replay") or {}
@@ -108,12 +113,15 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     max_pairs = int(replay["max_pairs_per_step"])
     rows_per_minibatch = int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
     if beta > 0 and rows_per_minibatch % 2:
-        raise ConfigError(f"composer.beta_replay > 0 needs an even ppo_mini_batch_size x n (chosen + rejected rows), "
-                          f"got {rows_per_minibatch}")
+        raise ConfigError(
+            f"composer.beta_replay > 0 needs an even ppo_mini_batch_size x n (chosen + rejected rows), "
+            f"got {rows_per_minibatch}"
+        )
     if not 1 <= max_pairs <= rows_per_minibatch // 2:
         raise ConfigError(
             f"composer.replay.max_pairs_per_step={max_pairs}: must be in [1, {rows_per_minibatch // 2}] (the pairs' "
-            f"chosen + rejected rows fill one extra actor mini-batch of ppo_mini_batch_size x n = {rows_per_minibatch} rows)"
+            "chosen + rejected rows fill one extra actor mini-batch of ppo_mini_batch_size x n = "
+            f"{rows_per_minibatch} rows)"
         )
     pool = None
     if beta > 0:
@@ -171,16 +179,24 @@ def _check_full_logit_engine(cfg: DictConfig) -> None:
     """The full-logit SDPO term runs in the FSDP engine's logits processor (verl_ext/composer/actor_loss.py)."""
     actor = cfg.actor_rollout_ref.actor
     if actor.get("strategy") not in ("fsdp", "fsdp2"):
-        raise ConfigError(f"composer.sdpo.form=full_logit needs the FSDP actor (strategy fsdp/fsdp2), got "
-                          f"{actor.get('strategy')!r}; use form=sampled_token")
+        raise ConfigError(
+            f"composer.sdpo.form=full_logit needs the FSDP actor (strategy fsdp/fsdp2), got "
+            f"{actor.get('strategy')!r}; use form=sampled_token"
+        )
     if cfg.actor_rollout_ref.model.get("use_fused_kernels", False):
-        raise ConfigError("composer.sdpo.form=full_logit needs logits: set actor_rollout_ref.model.use_fused_kernels="
-                          "false (fused kernels never materialise them) or use form=sampled_token")
-    sp = max(int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
-             int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1))
+        raise ConfigError(
+            "composer.sdpo.form=full_logit needs logits: set actor_rollout_ref.model.use_fused_kernels="
+            "false (fused kernels never materialise them) or use form=sampled_token"
+        )
+    sp = max(
+        int(actor.get("ulysses_sequence_parallel_size", 1) or 1),
+        int((actor.get("fsdp_config") or {}).get("ulysses_sequence_parallel_size", 1) or 1),
+    )
     if sp != 1:
-        raise ConfigError("composer.sdpo.form=full_logit does not support Ulysses sequence parallelism: set "
-                          "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1 or use form=sampled_token")
+        raise ConfigError(
+            "composer.sdpo.form=full_logit does not support Ulysses sequence parallelism: set "
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1 or use form=sampled_token"
+        )
 
 
 def _check_replay_update_order(cfg: DictConfig) -> None:
@@ -190,9 +206,13 @@ def _check_replay_update_order(cfg: DictConfig) -> None:
     `actor.shuffle=false`, and a second PPO epoch would train on the replay rows again with a moved policy."""
     actor = cfg.actor_rollout_ref.actor
     if actor.get("shuffle", False):
-        raise ConfigError("composer.beta_replay > 0 needs actor_rollout_ref.actor.shuffle=false: the replay rows must "
-                          "be the first mini-batch of the update on every rank (exact DPO gradient, loss/grpo)")
+        raise ConfigError(
+            "composer.beta_replay > 0 needs actor_rollout_ref.actor.shuffle=false: the replay rows must "
+            "be the first mini-batch of the update on every rank (exact DPO gradient, loss/grpo)"
+        )
     if int(actor.get("ppo_epochs", 1)) != 1:
-        raise ConfigError(f"composer.beta_replay > 0 needs actor_rollout_ref.actor.ppo_epochs=1, got "
-                          f"{actor.get('ppo_epochs')}: the DPO term is exact only where the pairs were scored, before "
-                          "the first optimizer step")
+        raise ConfigError(
+            f"composer.beta_replay > 0 needs actor_rollout_ref.actor.ppo_epochs=1, got "
+            f"{actor.get('ppo_epochs')}: the DPO term is exact only where the pairs were scored, before "
+            "the first optimizer step"
+        )

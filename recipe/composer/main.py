@@ -25,8 +25,10 @@ def main(config):
     auto_set_device(config)
     OmegaConf.resolve(config)
     settings = composer_settings(config)
-    print(f"[composer] alpha_sdpo={settings.alpha_sdpo} beta_replay={settings.beta_replay} "
-          f"teachers={[t.name for t in settings.pool.teachers] if settings.pool else []}")
+    print(
+        f"[composer] alpha_sdpo={settings.alpha_sdpo} beta_replay={settings.beta_replay} "
+        f"teachers={[t.name for t in settings.pool.teachers] if settings.pool else []}"
+    )
     run(config)
 
 

@@ -68,8 +68,15 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
             cfg.curriculum.n_continue = rollout.pop("n_continue")
     s = curriculum_settings(cfg)
     cur = cfg.curriculum
-    unknown = set(cur.keys()) - {"enable", "mode", "n_continue", "filter_metric", "max_num_gen_batches", "memory",
-                                 "max_screen_staleness"}
+    unknown = set(cur.keys()) - {
+        "enable",
+        "mode",
+        "n_continue",
+        "filter_metric",
+        "max_num_gen_batches",
+        "memory",
+        "max_screen_staleness",
+    }
     if unknown:
         raise ConfigError(f"unknown curriculum keys {sorted(unknown)}; see recipe/fast_dapo/config/fast_dapo.yaml")
     if not isinstance(cur.get("enable", True), bool):
@@ -77,19 +84,27 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
     if cur.get("enable", True) and s.mode not in MODES:
         raise ConfigError(f"curriculum.mode={s.mode!r}: choose one of {MODES} (or curriculum.enable=false for plain)")
     if s.n < 1 or s.n_continue < 0:
-        raise ConfigError(f"need actor_rollout_ref.rollout.n >= 1 and n_continue >= 0, got n={s.n}, n_continue={s.n_continue}")
+        raise ConfigError(
+            f"need actor_rollout_ref.rollout.n >= 1 and n_continue >= 0, got n={s.n}, n_continue={s.n_continue}"
+        )
     if s.mode == "fast" and s.n < 2:
-        raise ConfigError("curriculum.mode=fast screens with n responses and keeps prompts whose filter metric varies: n must be >= 2")
+        raise ConfigError(
+            "curriculum.mode=fast screens with n responses and keeps prompts whose filter metric varies: n must be >= 2"
+        )
     if s.mode == "dapo" and s.N < 2:
         raise ConfigError("curriculum.mode=dapo drops uniform groups: N = n + n_continue must be >= 2")
     if s.gen_batch_size < 1 or s.train_batch_size < 1:
-        raise ConfigError(f"data.gen_batch_size and data.train_batch_size must be >= 1, got {s.gen_batch_size}, {s.train_batch_size}")
+        raise ConfigError(
+            f"data.gen_batch_size and data.train_batch_size must be >= 1, got {s.gen_batch_size}, {s.train_batch_size}"
+        )
     k = cur.get("max_screen_staleness", None)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise ConfigError(f"curriculum.max_screen_staleness must be null (never re-screen) or an int >= 0, got {k!r}")
     if s.memory.enable and s.mode == "plain":
-        raise ConfigError("curriculum.memory.enable=true needs curriculum.enable=true (mode fast or dapo): plain "
-                          "sampling trains on every group, there is nothing to skip")
+        raise ConfigError(
+            "curriculum.memory.enable=true needs curriculum.enable=true (mode fast or dapo): plain "
+            "sampling trains on every group, there is nothing to skip"
+        )
     if s.max_num_gen_batches < 0:
         raise ConfigError("curriculum.max_num_gen_batches must be >= 0 (0 = no limit)")
     if not s.filter_metric:

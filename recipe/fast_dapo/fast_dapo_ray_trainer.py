@@ -47,8 +47,12 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         s = curriculum_settings(self.config)
         self.max_num_gen_batches = s.max_num_gen_batches
         self.controller = DataController(
-            train_batch_size=s.train_batch_size, n=s.n, n_continue=s.n_continue, mode=s.mode,
-            filter_metric=s.filter_metric, memory=s.memory,
+            train_batch_size=s.train_batch_size,
+            n=s.n,
+            n_continue=s.n_continue,
+            mode=s.mode,
+            filter_metric=s.filter_metric,
+            memory=s.memory,
         )
         self.data_epoch = 0  # epochs of the prompt dataloader consumed (independent of training steps)
         self.pad_rows = 0  # rows added so the fused batch splits evenly over agent-loop workers
@@ -63,8 +67,12 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         # verl drops the last partial batch of every epoch; the curriculum must see every prompt.
         dl = self.train_dataloader
         self.train_dataloader = StatefulDataLoader(
-            dataset=dl.dataset, batch_size=dl.batch_size, num_workers=dl.num_workers, drop_last=False,
-            collate_fn=dl.collate_fn, sampler=dl.sampler,
+            dataset=dl.dataset,
+            batch_size=dl.batch_size,
+            num_workers=dl.num_workers,
+            drop_last=False,
+            collate_fn=dl.collate_fn,
+            sampler=dl.sampler,
         )
         if self.config.trainer.total_training_steps is None:
             # verl counts dataloader batches; here a step is train_batch_size kept prompts. Without an explicit
@@ -158,8 +166,9 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 # markers must come back beside the responses.
                 markers = {k: padded.non_tensor_batch[k] for k in (PHASE_KEY, PAD_KEY)}
                 gen_batch = self._get_gen_batch(padded)
-                gen_batch.meta_info.update(global_steps=self.global_steps,
-                                           temperature=self.config.actor_rollout_ref.rollout.temperature)
+                gen_batch.meta_info.update(
+                    global_steps=self.global_steps, temperature=self.config.actor_rollout_ref.rollout.temperature
+                )
                 out = self.generate(gen_batch, timing_raw)
                 rows = padded.union(out)
                 rows.non_tensor_batch.update(markers)
@@ -176,8 +185,11 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         keys = batch.batch.keys()
         if VERSION_KEY in batch.non_tensor_batch and "rollout_log_probs" in keys and "old_log_probs" in keys:
             age = staleness(batch.non_tensor_batch[VERSION_KEY], self.global_steps)
-            metrics.update(probs_diff_by_staleness(batch.batch["rollout_log_probs"], batch.batch["old_log_probs"],
-                                                   batch.batch["response_mask"], age))
+            metrics.update(
+                probs_diff_by_staleness(
+                    batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], batch.batch["response_mask"], age
+                )
+            )
         return batch
 
     def _describe(self, batch: DataProto) -> dict:
@@ -195,8 +207,11 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             "curriculum/train_groups_mixed_frac": float(np.mean(hi > lo)),
             "curriculum/pad_rows_total": float(self.pad_rows),
             # Rows restored from a checkpoint written before the tag existed carry no version.
-            **(staleness_metrics(batch.non_tensor_batch[VERSION_KEY], self.global_steps)
-               if VERSION_KEY in batch.non_tensor_batch else {}),
+            **(
+                staleness_metrics(batch.non_tensor_batch[VERSION_KEY], self.global_steps)
+                if VERSION_KEY in batch.non_tensor_batch
+                else {}
+            ),
         }
 
     def _filter_metric_values(self, out: DataProto):

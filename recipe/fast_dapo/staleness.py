@@ -56,8 +56,9 @@ def rescreen_stale(controller, current_step: int, max_staleness: int) -> int:
     if held is None or VERSION_KEY not in held.non_tensor_batch:
         return 0
     uid_key = controller.uid_key
-    stale = stale_prompts(held.non_tensor_batch[uid_key], held.non_tensor_batch[VERSION_KEY], current_step,
-                          max_staleness)
+    stale = stale_prompts(
+        held.non_tensor_batch[uid_key], held.non_tensor_batch[VERSION_KEY], current_step, max_staleness
+    )
     if len(stale) == 0:
         return 0
     waiting = controller.prompts_for_second_generation_phase

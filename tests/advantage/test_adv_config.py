@@ -30,14 +30,20 @@ def test_yaml_documents_every_key_with_the_defaults():
     fields = set(AdvantageConfig.__dataclass_fields__) - {"adv_estimator"}
     assert set(data) == fields
     for key in fields | set(SepaConfig.__dataclass_fields__):
-        assert f"# " in text.split(f"{key}:")[0].rsplit("\n\n", 1)[-1], f"{key} has no comment above it"
+        assert "# " in text.split(f"{key}:")[0].rsplit("\n\n", 1)[-1], f"{key} has no comment above it"
 
 
 @pytest.mark.parametrize("form", ["dict", "dictconfig"])
 def test_reads_nested_sepa_grams_and_params(form):
-    raw = {"adv_estimator": "gtpo_sepa", "advantage_mode": "grpo", "uncertainty_kind": "pred_var", "gtpo_beta": 0.2,
-           "sepa": {"steps": 100, "schedule": "auto"}, "strategic_grams": "wait let me, notice that ,",
-           "transform_params": {"scale": 2}}
+    raw = {
+        "adv_estimator": "gtpo_sepa",
+        "advantage_mode": "grpo",
+        "uncertainty_kind": "pred_var",
+        "gtpo_beta": 0.2,
+        "sepa": {"steps": 100, "schedule": "auto"},
+        "strategic_grams": "wait let me, notice that ,",
+        "transform_params": {"scale": 2},
+    }
     c = AdvantageConfig.from_algorithm(raw if form == "dict" else OmegaConf.create(raw))
     assert c.adv_estimator == "gtpo_sepa" and c.effective_transform == "gtpo_sepa"
     assert c.uncertainty_kind == "predictive_variance" and c.gtpo_beta == 0.2

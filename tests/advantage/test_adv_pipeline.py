@@ -3,11 +3,11 @@ metrics vs plain computations."""
 
 import math
 
+import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
-import adv_reference as ref
 from verl_ext.advantage import AdvantageConfig, compute_advantages
 
 
@@ -35,16 +35,32 @@ def make_batch(seed, bs=24, T=16, group=4):
 def run_fast(b, estimator, metrics=None, **cfg):
     config = AdvantageConfig.from_algorithm(cfg, adv_estimator=estimator)
     return compute_advantages(
-        config, b["rewards"], b["mask"], b["index"], old_log_probs=b["logp"], entropys=b["ent"],
-        planning_mask=b["plan"], sepa_lambda=cfg.pop("_lam", 0.4), metrics=metrics,
+        config,
+        b["rewards"],
+        b["mask"],
+        b["index"],
+        old_log_probs=b["logp"],
+        entropys=b["ent"],
+        planning_mask=b["plan"],
+        sepa_lambda=cfg.pop("_lam", 0.4),
+        metrics=metrics,
     )
 
 
 def run_slow(b, advantage_mode, transform, kind="surprisal", beta=0.1, alpha=0.2, lam=0.4):
     return ref.pipeline(
-        b["rewards"].tolist(), b["mask"].tolist(), list(b["index"]), advantage_mode=advantage_mode,
-        transform=transform, kind=kind, logprobs=b["logp"].tolist(), entropys=b["ent"].tolist(),
-        plan=b["plan"].int().tolist(), beta=beta, alpha=alpha, lam=lam,
+        b["rewards"].tolist(),
+        b["mask"].tolist(),
+        list(b["index"]),
+        advantage_mode=advantage_mode,
+        transform=transform,
+        kind=kind,
+        logprobs=b["logp"].tolist(),
+        entropys=b["ent"].tolist(),
+        plan=b["plan"].int().tolist(),
+        beta=beta,
+        alpha=alpha,
+        lam=lam,
     )
 
 

@@ -4,11 +4,11 @@ against the slow reference (decode, one regex per gram at every character, prefi
 
 import random
 
+import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
-import adv_reference as ref
 from verl_ext.advantage import DEFAULT_STRATEGIC_GRAMS, PlanningDetector
 from verl_ext.advantage.gram_match import GramMatcher, parse_grams
 from verl_ext.advantage.token_text import token_byte_table
@@ -85,8 +85,17 @@ def test_rule_examples(tiny_tokenizer, detector, text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    ["outlet me think", "let me thinking", "wait_let me go", "waitlet me go", "thats not right", "is this rightly so",
-     "the keys is", "wait: let_me", "the key \u0131s here"],  # a dotless ı is not an ASCII i
+    [
+        "outlet me think",
+        "let me thinking",
+        "wait_let me go",
+        "waitlet me go",
+        "thats not right",
+        "is this rightly so",
+        "the keys is",
+        "wait: let_me",
+        "the key \u0131s here",
+    ],  # a dotless ı is not an ASCII i
 )
 def test_no_match_without_word_boundaries_or_exact_words(tiny_tokenizer, detector, text):
     assert planning_text(tiny_tokenizer, text, detector) == ""
@@ -140,9 +149,11 @@ def test_ids_beyond_the_vocabulary_and_bad_ids(tiny_tokenizer, detector):
     assert detector(torch.zeros(3, 0, dtype=torch.long), torch.zeros(3, 0)).shape == (3, 0)
 
 
-WORDS = ("the a of to is we so then let me think check wait verify right this that's not thats key insight notice "
-         "that go back and start over double try another approach way or could what if on second thought doesn't work "
-         "x y 2 + = é π naïve café").split()
+WORDS = (
+    "the a of to is we so then let me think check wait verify right this that's not thats key insight notice "
+    "that go back and start over double try another approach way or could what if on second thought doesn't work "
+    "x y 2 + = é π naïve café"
+).split()
 SEPARATORS = [" ", " ", " ", ", ", ". ", "\n", " -- ", "... ", " — ", "_", "'", "’ "]
 
 

@@ -3,14 +3,14 @@
 import sys
 import textwrap
 
+import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
-import adv_reference as ref
 from verl_ext.advantage import AdvantageConfig, PluginError, compute_advantages
 
-PLUGINS = '''
+PLUGINS = """
 import torch
 from verl_ext.advantage import TransformOutput, AlgorithmOutput, episode_vectorized
 
@@ -66,7 +66,7 @@ def no_args():
     return []
 
 NOT_CALLABLE = 3
-'''
+"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -155,15 +155,18 @@ def test_transform_plugin_using_context_helpers_equals_builtin_chain():
 
 def test_algorithm_plugin_wins_over_modes():
     metrics = {}
-    got, (rewards, mask, _, _, _) = run({"algorithm_mode": "adv_test_plugins.whole", "advantage_mode": "grpo",
-                                         "transform_mode": "gtpo"}, metrics=metrics)
+    got, (rewards, mask, _, _, _) = run(
+        {"algorithm_mode": "adv_test_plugins.whole", "advantage_mode": "grpo", "transform_mode": "gtpo"},
+        metrics=metrics,
+    )
     torch.testing.assert_close(got, rewards.sum(-1, keepdim=True) * mask)
     assert metrics["adv/n"] == 1.0
 
 
 def test_uncertainty_plugin_receives_params():
-    a, _ = run({"transform_mode": "gtpo", "uncertainty_kind": "adv_test_plugins.neg_logp",
-                "transform_params": {"k": 1.0}})
+    a, _ = run(
+        {"transform_mode": "gtpo", "uncertainty_kind": "adv_test_plugins.neg_logp", "transform_params": {"k": 1.0}}
+    )
     b, _ = run({"transform_mode": "gtpo", "uncertainty_kind": "surprisal"})
     torch.testing.assert_close(a, b)
 
@@ -172,16 +175,24 @@ def test_uncertainty_plugin_receives_params():
     "cfg, message",
     [
         ({"advantage_mode": "no_such_pkg.fn"}, r"advantage_mode='no_such_pkg.fn': cannot import module 'no_such_pkg'"),
-        ({"transform_mode": "adv_broken_plugin.fn"},
-         r"cannot import module 'adv_broken_plugin': RuntimeError: boom at import"),
+        (
+            {"transform_mode": "adv_broken_plugin.fn"},
+            r"cannot import module 'adv_broken_plugin': RuntimeError: boom at import",
+        ),
         ({"transform_mode": "adv_test_plugins.missing"}, r"module 'adv_test_plugins' has no attribute 'missing'"),
         ({"algorithm_mode": "adv_test_plugins.NOT_CALLABLE"}, r"'NOT_CALLABLE' is a int, not a function"),
-        ({"advantage_mode": "adv_test_plugins.two_args"},
-         r"advantage_mode='adv_test_plugins.two_args': \(a, b\) cannot be called as fn\(rewards\)"),
-        ({"transform_mode": "adv_test_plugins.no_args"},
-         r"transform_mode='adv_test_plugins.no_args': \(\) cannot be called as fn\(ctx\)"),
-        ({"transform_mode": "gtpo", "uncertainty_kind": "adv_test_plugins.hipa_like"},
-         r"uncertainty_kind='adv_test_plugins.hipa_like'.*fn\(log_probs, entropys, mask, params\)"),
+        (
+            {"advantage_mode": "adv_test_plugins.two_args"},
+            r"advantage_mode='adv_test_plugins.two_args': \(a, b\) cannot be called as fn\(rewards\)",
+        ),
+        (
+            {"transform_mode": "adv_test_plugins.no_args"},
+            r"transform_mode='adv_test_plugins.no_args': \(\) cannot be called as fn\(ctx\)",
+        ),
+        (
+            {"transform_mode": "gtpo", "uncertainty_kind": "adv_test_plugins.hipa_like"},
+            r"uncertainty_kind='adv_test_plugins.hipa_like'.*fn\(log_probs, entropys, mask, params\)",
+        ),
     ],
 )
 def test_bad_plugins_fail_at_validation_naming_path_and_reason(cfg, message):
@@ -192,10 +203,14 @@ def test_bad_plugins_fail_at_validation_naming_path_and_reason(cfg, message):
 @pytest.mark.parametrize(
     "cfg, message",
     [
-        ({"transform_mode": "adv_test_plugins.wrong_shape_transform"},
-         r"wrong_shape_transform'.*shape \(3, 3\), expected \(12, 8\)"),
-        ({"transform_mode": "adv_test_plugins.short_rows"},
-         r"short_rows'.*1 token advantages for response \d+, expected \d+"),
+        (
+            {"transform_mode": "adv_test_plugins.wrong_shape_transform"},
+            r"wrong_shape_transform'.*shape \(3, 3\), expected \(12, 8\)",
+        ),
+        (
+            {"transform_mode": "adv_test_plugins.short_rows"},
+            r"short_rows'.*1 token advantages for response \d+, expected \d+",
+        ),
         ({"advantage_mode": "adv_test_plugins.nan_episode"}, r"nan_episode'.*non-finite"),
         ({"advantage_mode": "adv_test_plugins.too_few"}, r"too_few'.*returned 3 advantages for a group of 4"),
     ],

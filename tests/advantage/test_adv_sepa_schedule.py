@@ -2,9 +2,9 @@
 
 import math
 
+import adv_reference as ref
 import pytest
 
-import adv_reference as ref
 from verl_ext.advantage import AdvantageConfig, SepaController
 
 

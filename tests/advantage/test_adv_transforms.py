@@ -2,11 +2,11 @@
 
 import math
 
+import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
-import adv_reference as ref
 from verl_ext.advantage.gtpo import gtpo_weights, gtpo_weights_
 from verl_ext.advantage.hicra import hicra, hicra_factor_
 from verl_ext.advantage.sepa import sepa_pool, sepa_pool_
@@ -160,4 +160,6 @@ def test_builtin_uncertainty_is_floored_at_zero():
     logp = torch.tensor([1e-6, 0.0, -0.5])
     assert builtin_uncertainty("surprisal", logp, None).tolist() == pytest.approx([0.0, 0.0, 0.5])
     assert builtin_uncertainty("predictive_variance", logp, None)[0].item() == 0.0
-    assert builtin_uncertainty("shannon_entropy", None, torch.tensor([-1e-7, 2.0])).tolist() == pytest.approx([0.0, 2.0])
+    assert builtin_uncertainty("shannon_entropy", None, torch.tensor([-1e-7, 2.0])).tolist() == pytest.approx(
+        [0.0, 2.0]
+    )

@@ -1,6 +1,7 @@
 """The estimators inside verl: registration, verl's own compute_advantage on a DataProto, the registry call with
 the project trainer's keyword arguments, and the errors a stock trainer gets."""
 
+import adv_reference as ref
 import numpy as np
 import pytest
 import torch
@@ -11,7 +12,6 @@ from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, get_adv_estimato
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.config import omega_conf_to_dataclass
 
-import adv_reference as ref
 from verl_ext.advantage import DEFAULT_STRATEGIC_GRAMS, register, validate_algorithm_config
 
 NAMES = ["maxrl", "gtpo", "gtpo_hicra", "gtpo_sepa", "composable"]
@@ -44,8 +44,15 @@ def dataproto(rewards, mask, index):
 
 def algorithm_section(**extra):
     """verl's algorithm section as the trainer holds it: an OmegaConf DictConfig, `+` keys merged in."""
-    base = OmegaConf.create({"_target_": "verl.trainer.config.AlgoConfig", "gamma": 1.0, "lam": 1.0,
-                             "adv_estimator": "gae", "norm_adv_by_std_in_grpo": False})
+    base = OmegaConf.create(
+        {
+            "_target_": "verl.trainer.config.AlgoConfig",
+            "gamma": 1.0,
+            "lam": 1.0,
+            "adv_estimator": "gae",
+            "norm_adv_by_std_in_grpo": False,
+        }
+    )
     return OmegaConf.merge(base, OmegaConf.create(extra))
 
 
@@ -79,15 +86,31 @@ def test_stock_trainer_call_fails_naming_the_project_trainer(name):
 def test_token_level_call_as_the_project_trainer_makes_it(config_form):
     rewards, mask, index, logp, plan = batch()
     cfg = algorithm_section(adv_estimator="gtpo_hicra", gtpo_beta=0.1, hicra_alpha=0.2)
-    config = {"dictconfig": cfg, "algoconfig": omega_conf_to_dataclass(algorithm_section(adv_estimator="gtpo_hicra")),
-              "none": None}[config_form]
+    config = {
+        "dictconfig": cfg,
+        "algoconfig": omega_conf_to_dataclass(algorithm_section(adv_estimator="gtpo_hicra")),
+        "none": None,
+    }[config_form]
     metrics = {}
     adv, ret = get_adv_estimator_fn("gtpo_hicra")(
-        token_level_rewards=rewards, response_mask=mask, index=index, config=config, old_log_probs=logp,
-        planning_mask=plan, step=3, metrics=metrics, reward_baselines=None,
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=index,
+        config=config,
+        old_log_probs=logp,
+        planning_mask=plan,
+        step=3,
+        metrics=metrics,
+        reward_baselines=None,
     )
-    expected = ref.pipeline(rewards.tolist(), mask.tolist(), list(index), transform="gtpo_hicra",
-                            logprobs=logp.tolist(), plan=plan.int().tolist())
+    expected = ref.pipeline(
+        rewards.tolist(),
+        mask.tolist(),
+        list(index),
+        transform="gtpo_hicra",
+        logprobs=logp.tolist(),
+        plan=plan.int().tolist(),
+    )
     np.testing.assert_allclose(adv.tolist(), expected, rtol=2e-5, atol=1e-6)
     assert ret is adv
     assert metrics["adv/skipped_all_correct"] == 3.0 and metrics["adv/skipped_all_wrong"] == 0.0
@@ -105,8 +128,13 @@ def test_algoconfig_dataclass_is_read_with_defaults():
 def test_plus_keys_from_the_command_line_reach_the_estimator():
     from hydra import compose, initialize_config_module
 
-    overrides = ["algorithm.adv_estimator=composable", "+algorithm.transform_mode=gtpo", "+algorithm.gtpo_beta=0.0",
-                 "+algorithm.sepa.steps=10", "+algorithm.strategic_grams=[wait let me,notice that]"]
+    overrides = [
+        "algorithm.adv_estimator=composable",
+        "+algorithm.transform_mode=gtpo",
+        "+algorithm.gtpo_beta=0.0",
+        "+algorithm.sepa.steps=10",
+        "+algorithm.strategic_grams=[wait let me,notice that]",
+    ]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         algorithm = compose("ppo_trainer", overrides=overrides).algorithm  # verl's real config, as main_ppo builds it
     config = validate_algorithm_config(algorithm)
@@ -114,8 +142,9 @@ def test_plus_keys_from_the_command_line_reach_the_estimator():
     assert config.strategic_grams == ("wait let me", "notice that")
     rewards, mask, index, logp, _ = batch()
     adv, _ = get_adv_estimator_fn("composable")(rewards, mask, index, config=algorithm, old_log_probs=logp)
-    expected = ref.pipeline(rewards.tolist(), mask.tolist(), list(index), transform="gtpo", logprobs=logp.tolist(),
-                            beta=0.0)
+    expected = ref.pipeline(
+        rewards.tolist(), mask.tolist(), list(index), transform="gtpo", logprobs=logp.tolist(), beta=0.0
+    )
     np.testing.assert_allclose(adv.tolist(), expected, rtol=1e-6, atol=1e-7)
 
 
@@ -147,8 +176,16 @@ def test_planning_mask_is_detected_from_responses_with_a_tokenizer(tiny_tokenize
     index = np.array(["a", "a", "b", "b"], dtype=object)
     logp = torch.full((4, T), -0.5)
     metrics = {}
-    get_adv_estimator_fn("gtpo_hicra")(rewards, mask, index, config=None, old_log_probs=logp,
-                                       tokenizer=tiny_tokenizer, responses=responses, metrics=metrics)
+    get_adv_estimator_fn("gtpo_hicra")(
+        rewards,
+        mask,
+        index,
+        config=None,
+        old_log_probs=logp,
+        tokenizer=tiny_tokenizer,
+        responses=responses,
+        metrics=metrics,
+    )
     grams = list(DEFAULT_STRATEGIC_GRAMS)
     n_plan = sum(
         sum(ref.planning_tokens(tiny_tokenizer, r.tolist(), m.tolist(), grams)) for r, m in zip(responses, mask)

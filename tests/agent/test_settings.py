@@ -47,8 +47,10 @@ def test_bad_values_name_the_key(block, match):
 
 
 def _config(loop: str, mode: str = "async", block=None, trainer_cls="verl_ext.agent.trainer.AgentPPOTrainer"):
-    cfg = {"actor_rollout_ref": {"rollout": {"mode": mode, "agent": {"default_agent_loop": loop}}},
-           "trainer": {"trainer_cls": trainer_cls}}
+    cfg = {
+        "actor_rollout_ref": {"rollout": {"mode": mode, "agent": {"default_agent_loop": loop}}},
+        "trainer": {"trainer_cls": trainer_cls},
+    }
     if block is not None:
         cfg["external_agent"] = block
     return OmegaConf.create(cfg)
@@ -64,7 +66,10 @@ def test_check_config():
     with pytest.raises(ValueError, match="default_agent_loop is 'single_turn_agent'"):
         check_config(_config("single_turn_agent", block={"command": PY}))  # the block would be silently ignored
     with pytest.raises(ValueError, match="needs a trainer that handles agent episodes"):
-        check_config(_config("external_agent", block={"command": PY},
-                             trainer_cls="verl_ext.trainer.ppo_trainer.ExtRayPPOTrainer"))
+        check_config(
+            _config(
+                "external_agent", block={"command": PY}, trainer_cls="verl_ext.trainer.ppo_trainer.ExtRayPPOTrainer"
+            )
+        )
     with pytest.raises(ValueError, match="needs a trainer that handles agent episodes"):
         check_config(_config("external_agent", block={"command": PY}, trainer_cls=None))

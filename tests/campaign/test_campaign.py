@@ -17,8 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runs_expand_conditions_times_seeds(tmp_path):
-    spec = CampaignSpec.from_dict({"name": "c", "entry": "m", "base": ["a=1"], "seeds": [3, 4],
-                                   "conditions": {"x": ["b=2"], "y": []}, "seed_overrides": ["data.seed={seed}"]})
+    spec = CampaignSpec.from_dict(
+        {
+            "name": "c",
+            "entry": "m",
+            "base": ["a=1"],
+            "seeds": [3, 4],
+            "conditions": {"x": ["b=2"], "y": []},
+            "seed_overrides": ["data.seed={seed}"],
+        }
+    )
     runs = spec.runs(tmp_path)
     assert [r.label for r in runs] == ["x_s3", "x_s4", "y_s3", "y_s4"]
     assert runs[1].overrides[:3] == ["a=1", "b=2", "data.seed=4"]
@@ -26,14 +34,20 @@ def test_runs_expand_conditions_times_seeds(tmp_path):
     assert runs[1].overrides[-1] == "trainer.resume_mode=auto"  # after base: a stopped campaign resumes
 
 
-@pytest.mark.parametrize("raw,match", [
-    ({"name": "c", "entry": "m", "seeds": [0]}, "lacks"),
-    ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": ["nokey"]}}, "key=value"),
-    ({"name": "c", "entry": "m", "seeds": [0, 0], "conditions": {"x": []}}, "distinct"),
-    ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": []}, "typo": 1}, "unknown campaign keys"),
-    ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": []}, "seed_overrides": ["data.seed=1"]}, "{seed}"),
-    ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"a/b": []}}, "without '/'"),
-])
+@pytest.mark.parametrize(
+    "raw,match",
+    [
+        ({"name": "c", "entry": "m", "seeds": [0]}, "lacks"),
+        ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": ["nokey"]}}, "key=value"),
+        ({"name": "c", "entry": "m", "seeds": [0, 0], "conditions": {"x": []}}, "distinct"),
+        ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": []}, "typo": 1}, "unknown campaign keys"),
+        (
+            {"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": []}, "seed_overrides": ["data.seed=1"]},
+            "{seed}",
+        ),
+        ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"a/b": []}}, "without '/'"),
+    ],
+)
 def test_bad_specs_are_clear_errors(raw, match):
     with pytest.raises(ValueError, match=match.replace("{", r"\{").replace("}", r"\}")):
         CampaignSpec.from_dict(raw)
@@ -78,18 +92,27 @@ FAKE_ENTRY = textwrap.dedent("""
 
 def test_runner_resumes_reports_failures_and_plots(tmp_path):
     (tmp_path / "fake_entry.py").write_text(FAKE_ENTRY)
-    (tmp_path / "spec.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "spec.yaml").write_text(
+        textwrap.dedent("""
         name: demo
         entry: fake_entry
         conditions: {good: [fail=no], bad: [fail=yes]}
         seeds: [1, 2]
         plot_keys: [acc]
-    """))
-    cmd = [sys.executable, str(ROOT / "scripts" / "campaign.py"), str(tmp_path / "spec.yaml"),
-           "--out-root", str(tmp_path / "out")]
+    """)
+    )
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "campaign.py"),
+        str(tmp_path / "spec.yaml"),
+        "--out-root",
+        str(tmp_path / "out"),
+    ]
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
     first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert first.returncode == 1 and "2 of 4 runs failed: ['bad_s1', 'bad_s2']" in first.stdout, first.stdout + first.stderr
+    assert first.returncode == 1 and "2 of 4 runs failed: ['bad_s1', 'bad_s2']" in first.stdout, (
+        first.stdout + first.stderr
+    )
     good = tmp_path / "out" / "demo" / "good_s2"
     assert is_done(good) and not is_done(tmp_path / "out" / "demo" / "bad_s1")
     assert (tmp_path / "out" / "demo" / "curves.png").stat().st_size > 5000

@@ -43,8 +43,10 @@ def synthetic_run(speed: float, seed: int, steps: int = 10, test_freq: int = 5) 
 
 @pytest.fixture
 def campaign():
-    return {"base": {0: synthetic_run(0.02, 0), 1: synthetic_run(0.02, 1), 2: synthetic_run(0.02, 3)},
-            "fast": {0: synthetic_run(0.06, 0), 1: synthetic_run(0.06, 2)}}
+    return {
+        "base": {0: synthetic_run(0.02, 0), 1: synthetic_run(0.02, 1), 2: synthetic_run(0.02, 3)},
+        "fast": {0: synthetic_run(0.06, 0), 1: synthetic_run(0.06, 2)},
+    }
 
 
 def test_seed_band_is_mean_and_std_over_the_seeds_that_logged_the_step(campaign):
@@ -100,19 +102,24 @@ def test_cost_table_and_relative_target(campaign):
 
 
 def test_expand_keys(campaign):
-    assert expand_keys(["val-core/*/acc/mean@1", "critic/score/mean"], campaign, required=True) == [VAL, "critic/score/mean"]
+    assert expand_keys(["val-core/*/acc/mean@1", "critic/score/mean"], campaign, required=True) == [
+        VAL,
+        "critic/score/mean",
+    ]
     assert expand_keys(["adv/sepa_lambda"], campaign, required=False) == []
     with pytest.raises(KeyError, match="adv/sepa_lambda"):
         expand_keys(["adv/sepa_lambda"], campaign, required=True)
 
 
 def test_report_cli_on_real_logs(tmp_path, campaign):
-    (tmp_path / "spec.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "spec.yaml").write_text(
+        textwrap.dedent("""
         name: demo
         entry: fake_entry
         conditions: {base: [], fast: [], never_ran: []}
         seeds: [0, 1, 2, 3]
-    """))
+    """)
+    )
     out = tmp_path / "out"
     for cond, runs in campaign.items():
         for seed, recs in runs.items():
@@ -120,8 +127,16 @@ def test_report_cli_on_real_logs(tmp_path, campaign):
             for r in recs:
                 w.log(r["step"], {k: v for k, v in r.items() if k != "step"})
             w.close()
-    cmd = [sys.executable, str(ROOT / "scripts" / "campaign.py"), "report", str(tmp_path / "spec.yaml"),
-           "--out-root", str(out), "--target-frac", "0.5"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "campaign.py"),
+        "report",
+        str(tmp_path / "spec.yaml"),
+        "--out-root",
+        str(out),
+        "--target-frac",
+        "0.5",
+    ]
     res = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     md = (out / "demo" / "report.md").read_text()

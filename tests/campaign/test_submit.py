@@ -34,8 +34,9 @@ def test_only_recipe_entry_points_go_to_a_cluster(entry):
 
 
 def test_bad_campaigns_fail_before_submitting(tmp_path):
-    spec = CampaignSpec.from_dict({"name": "c", "entry": "recipe.fast_dapo.main", "seeds": [0],
-                                   "conditions": {"x": ["trainer.no_such_key=1"]}})
+    spec = CampaignSpec.from_dict(
+        {"name": "c", "entry": "recipe.fast_dapo.main", "seeds": [0], "conditions": {"x": ["trainer.no_such_key=1"]}}
+    )
     # `client` is never used: the checks fail first (a client would need a cluster).
     with pytest.raises(ValueError, match="must be absolute"):
         submit_campaign(spec, spec.runs("relative/root"), client=None, local_root=tmp_path)
@@ -46,7 +47,19 @@ def test_bad_campaigns_fail_before_submitting(tmp_path):
 
 
 def test_cli_submit_needs_an_absolute_cluster_root():
-    r = subprocess.run([sys.executable, "scripts/campaign.py", "configs/campaign/advantage_ablation_cpu.yaml",
-                        "--submit", "http://127.0.0.1:9", "--out-root", "outputs/campaign"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/campaign.py",
+            "configs/campaign/advantage_ablation_cpu.yaml",
+            "--submit",
+            "http://127.0.0.1:9",
+            "--out-root",
+            "outputs/campaign",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 1 and "must be absolute" in r.stderr, r.stderr

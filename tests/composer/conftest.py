@@ -71,8 +71,11 @@ class ScriptedChatServer:
             "id": f"c{n}",
             "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": self.usage_tokens // 2, "completion_tokens": self.usage_tokens // 2,
-                      "total_tokens": self.usage_tokens},
+            "usage": {
+                "prompt_tokens": self.usage_tokens // 2,
+                "completion_tokens": self.usage_tokens // 2,
+                "total_tokens": self.usage_tokens,
+            },
         }
         ok = (200, json.dumps(completion).encode(), {"Content-Type": "application/json"})
         if behaviour == "ok":

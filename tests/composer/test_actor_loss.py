@@ -50,10 +50,17 @@ def model(tiny_assets):
 def actor_config():
     from verl_ext.config.compose import compose_config
 
-    cfg = compose_config("composer", ["+arm=baseline", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                                      "actor_rollout_ref.rollout.n=2",
-                                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"],
-                         config_module="recipe.composer.config", backend="cpu")
+    cfg = compose_config(
+        "composer",
+        [
+            "+arm=baseline",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        ],
+        config_module="recipe.composer.config",
+        backend="cpu",
+    )
     OmegaConf.resolve(cfg)
     return omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
 
@@ -93,8 +100,13 @@ def engine_step(model, td, loss_fn, distill: bool):
 
 def _micro_batch(tensors: dict[str, torch.Tensor], **flags):
     td = left_right_2_no_padding(DataProto.from_dict(tensors=dict(tensors)).to_tensordict())
-    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(tensors["response_mask"].sum()),
-                         global_batch_size=tensors["input_ids"].shape[0], **flags)
+    tu.assign_non_tensor(
+        td,
+        dp_size=1,
+        batch_num_tokens=int(tensors["response_mask"].sum()),
+        global_batch_size=tensors["input_ids"].shape[0],
+        **flags,
+    )
     return td
 
 
@@ -106,7 +118,7 @@ def _response_log_probs(model, tensors) -> torch.Tensor:
         n_resp = int(tensors["attention_mask"][i, P_WIDTH:].sum())
         logits = model(ids.unsqueeze(0)).logits[0]
         lp = torch.log_softmax(logits, -1)[:-1].gather(-1, ids[1:].unsqueeze(-1)).squeeze(-1)
-        out[i, :n_resp] = lp[len(ids) - 1 - n_resp:]
+        out[i, :n_resp] = lp[len(ids) - 1 - n_resp :]
     return out
 
 
@@ -137,7 +149,9 @@ def test_response_positions_match_a_loop():
     prompt_lens, response_lens = torch.tensor([3, 1, 4]), torch.tensor([2, 3, 0])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(prompt_lens + response_lens, 0)])
     rows, cols, pos = response_positions(offsets, prompt_lens, response_lens)
-    want = [(i, t, int(offsets[i]) + int(prompt_lens[i]) + t - 1) for i in range(3) for t in range(int(response_lens[i]))]
+    want = [
+        (i, t, int(offsets[i]) + int(prompt_lens[i]) + t - 1) for i in range(3) for t in range(int(response_lens[i]))
+    ]
     assert list(zip(rows.tolist(), cols.tolist(), pos.tolist())) == want
 
 
@@ -252,8 +266,9 @@ def test_replay_rows_add_beta_times_the_dpo_loss(model, actor_config):
     td = _micro_batch(tensors)
     beta_replay, beta_dpo = 0.5, 0.2
 
-    loss, metrics = engine_step(model, td, composer_loss(actor_config, beta_replay=beta_replay,
-                                                         beta_dpo=beta_dpo), False)
+    loss, metrics = engine_step(
+        model, td, composer_loss(actor_config, beta_replay=beta_replay, beta_dpo=beta_dpo), False
+    )
     ours = _grads(model, loss)
     plain_loss, _ = engine_step(model, td, lambda **kw: ppo_loss(actor_config, **kw), False)
     live = (_response_log_probs(model, tensors) * tensors["response_mask"]).sum(-1)

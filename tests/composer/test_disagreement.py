@@ -45,8 +45,13 @@ def test_rule_table(student, answers, majority, any_differs):
 def test_min_agree_threshold():
     record = step("ls", "cat f", "cat f", "pwd")
     assert pair_from_step(record, DisagreementConfig(rule="majority", min_agree=3)) is None
-    assert pair_from_step(step("ls", "cat f", "cat f", "cat f"), DisagreementConfig(rule="majority", min_agree=3)).chosen == "cat f"
-    assert pair_from_step(step("ls", "pwd", None, None), DisagreementConfig(rule="majority", min_agree=1)).chosen == "pwd"
+    assert (
+        pair_from_step(step("ls", "cat f", "cat f", "cat f"), DisagreementConfig(rule="majority", min_agree=3)).chosen
+        == "cat f"
+    )
+    assert (
+        pair_from_step(step("ls", "pwd", None, None), DisagreementConfig(rule="majority", min_agree=1)).chosen == "pwd"
+    )
 
 
 def test_provenance_and_raw_text():

@@ -25,8 +25,10 @@ class DigitTeachers(ScriptedChatServer):
     def respond(self, body, n):
         digit = re.search(r"\d", body["messages"][-1]["content"]).group()
         text = f"The answer is \\boxed{{{digit if body['model'] == 'right' else 9}}}"
-        completion = {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
-                      "usage": {"total_tokens": 20}}
+        completion = {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+            "usage": {"total_tokens": 20},
+        }
         return 200, json.dumps(completion).encode(), {"Content-Type": "application/json"}
 
 
@@ -34,7 +36,8 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
     server = DigitTeachers()
     try:
         teachers = ",".join(
-            f"{{name: {name}, base_url: '{server.base_url}', model: {model}, api_key_env: COMPOSER_E2E_KEY, timeout_s: 10}}"
+            f"{{name: {name}, base_url: '{server.base_url}', model: {model}, "
+            "api_key_env: COMPOSER_E2E_KEY, timeout_s: 10}"
             for name, model in (("t1", "right"), ("t2", "right"), ("t3", "wrong"))
         )
         steps = 2

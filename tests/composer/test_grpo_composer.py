@@ -57,8 +57,13 @@ def test_sdpo_term_added_only_at_error_sites():
     config = {"alpha_sdpo": 0.25}
     base, _ = compute_grpo_composer_advantage(rewards, mask, uids, config={"alpha_sdpo": 0.0})
     adv, _ = compute_grpo_composer_advantage(
-        rewards, mask, uids, config=config,
-        sdpo_teacher_log_probs=teacher_lp, old_log_probs=old_lp, sdpo_error_mask=error_mask,
+        rewards,
+        mask,
+        uids,
+        config=config,
+        sdpo_teacher_log_probs=teacher_lp,
+        old_log_probs=old_lp,
+        sdpo_error_mask=error_mask,
     )
     for i in range(mask.shape[0]):
         for t in range(mask.shape[1]):

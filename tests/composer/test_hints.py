@@ -185,12 +185,15 @@ def test_error_sites_for_batch_sources():
     rm = np.array([{"ground_truth": "4"}, {"ground_truth": "5"}], dtype=object)
     uid = np.array(["a", "b"], dtype=object)
     metas = np.array([[{"error_kind": "tool_error", "error_message": "boom"}, None], []], dtype=object)
-    sites = error_sites_for_batch({"uid": uid, "reward_model": rm, "step_metas": metas,
-                                   "acc": np.array([0.0, 0.0])})
+    sites = error_sites_for_batch({"uid": uid, "reward_model": rm, "step_metas": metas, "acc": np.array([0.0, 0.0])})
     assert [[(s.turn, s.error_kind) for s in row] for row in sites] == [[(1, "tool_error")], []]
 
-    kinds = {"uid": uid, "reward_model": rm, "error_kind": np.array(["format_error", None], dtype=object),
-             "error_fields": np.array([{"format_spec": "Use \\boxed{}."}, None], dtype=object)}
+    kinds = {
+        "uid": uid,
+        "reward_model": rm,
+        "error_kind": np.array(["format_error", None], dtype=object),
+        "error_fields": np.array([{"format_spec": "Use \\boxed{}."}, None], dtype=object),
+    }
     sites = error_sites_for_batch(kinds)
     assert render_hint(sites[0][0]) == "Your answer does not follow the required format. Use \\boxed{}."
     assert sites[0][0].fields["ground_truth"] == "4" and sites[1] == []
@@ -208,30 +211,38 @@ def test_plan_teacher_rows_multi_turn_hint_before_the_targeted_turn(tiny):
     q = {"role": "user", "content": "What is 3 + 4?"}
     prompt = chat_ids(tokenizer, [q])
     seg1 = tokenizer.encode("call add 3 4<|im_end|>", add_special_tokens=False)
-    full = chat_ids(tokenizer, [q, {"role": "assistant", "content": "call add 3 4"},
-                                {"role": "user", "content": "error: boom"}])
+    full = chat_ids(
+        tokenizer, [q, {"role": "assistant", "content": "call add 3 4"}, {"role": "user", "content": "error: boom"}]
+    )
     assert full[: len(prompt) + len(seg1)] == prompt + seg1  # the template tokenizes turn by turn here
-    env = full[len(prompt) + len(seg1):]  # the tool's answer and the next assistant header: no loss
+    env = full[len(prompt) + len(seg1) :]  # the tool's answer and the next assistant header: no loss
     seg2 = tokenizer.encode("7<|im_end|>", add_special_tokens=False)
     response = seg1 + env + seg2
     width = len(response) + 2
     mask = torch.zeros(2, width, dtype=torch.long)
     mask[0, : len(seg1)] = 1
-    mask[0, len(seg1) + len(env): len(response)] = 1
+    mask[0, len(seg1) + len(env) : len(response)] = 1
     mask[1, :3] = 1
     site = ErrorSite(1, "tool_error", "tool_error", {"error_message": "boom"})
-    rows = plan_teacher_rows([prompt, prompt], [response, response[:3]], mask,
-                             [[site], [site]], tokenizer, mode="turn")  # row 1 never reached turn 1
+    rows = plan_teacher_rows(
+        [prompt, prompt], [response, response[:3]], mask, [[site], [site]], tokenizer, mode="turn"
+    )  # row 1 never reached turn 1
     assert len(rows) == 1 and rows[0].row == 0 and rows[0].start == len(seg1) + len(env)
     hint = render_hint(site)
-    assert rows[0].prefix == chat_ids(tokenizer, [q, {"role": "assistant", "content": "call add 3 4"},
-                                                  {"role": "user", "content": "error: boom"},
-                                                  {"role": "user", "content": hint}])
+    assert rows[0].prefix == chat_ids(
+        tokenizer,
+        [
+            q,
+            {"role": "assistant", "content": "call add 3 4"},
+            {"role": "user", "content": "error: boom"},
+            {"role": "user", "content": hint},
+        ],
+    )
     assert rows[0].continuation == seg2
     values = torch.arange(1.0, width + 1).unsqueeze(0)  # teacher output j = j + 1
     into = place_teacher_values(rows, values, torch.zeros(2, width))
     start = rows[0].start
     expected = torch.zeros(2, width)
-    expected[0, start: start + len(seg2)] = torch.arange(1.0, len(seg2) + 1)
+    expected[0, start : start + len(seg2)] = torch.arange(1.0, len(seg2) + 1)
     assert torch.equal(into, expected)
     assert turn_span(mask[1], 1) is None and turn_span(mask[0], 0)[0] == 0

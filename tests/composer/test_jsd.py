@@ -9,7 +9,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from verl_ext.composer import generalized_jsd_loss
 
-
 # ---- references ------------------------------------------------------------------------------------------------
 
 

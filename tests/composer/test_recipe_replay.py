@@ -23,8 +23,9 @@ def test_replay_rows_give_the_mean_dpo_loss_and_its_gradient(seed, n_pairs, n_sl
 
     cols = replay_columns(seq_pol.detach(), seq_ref, n_slots)
     rows = seq_pol[cols["row_index"]]  # copies of the scored rows, as the update batch holds them
-    per_row = dpo_row_losses(rows, cols["dpo_ref_logp"].double(), cols["dpo_partner_logratio"].double(),
-                             cols["dpo_sign"], beta=beta)
+    per_row = dpo_row_losses(
+        rows, cols["dpo_ref_logp"].double(), cols["dpo_partner_logratio"].double(), cols["dpo_sign"], beta=beta
+    )
     w = cols["dpo_weight"].double()
     surrogate = (w * (per_row - 0.5 * per_row.detach())).sum()
     (got,) = torch.autograd.grad(surrogate, seq_pol)
@@ -51,7 +52,7 @@ def test_rows_first_per_rank(n_head, n_rest, n_ranks):
     assert sorted(order.tolist()) == list(range(n_head + n_rest))
     chunk = (n_head + n_rest) // n_ranks
     for r in range(n_ranks):  # what verl's dispatch gives rank r: its head share first, then its rollout rows
-        mine = order[r * chunk:(r + 1) * chunk].tolist()
+        mine = order[r * chunk : (r + 1) * chunk].tolist()
         share = n_head // n_ranks
         assert all(i < n_head for i in mine[:share]) and all(i >= n_head for i in mine[share:])
     with pytest.raises(ValueError, match="split evenly"):

@@ -76,4 +76,4 @@ def test_verl_padding_round_trip_aligns_response_tokens():
     assert out.shape == (3, 4)
     for i, r in enumerate(responses):
         assert out[i, : len(r)].tolist() == [float(x) for x in r]
-        assert out[i, len(r):].abs().sum() == 0
+        assert out[i, len(r) :].abs().sum() == 0

@@ -29,15 +29,25 @@ def _batch(seed: int, groups: int = 3, n: int = 4, length: int = 6) -> DataProto
     rewards = torch.zeros(b, length)
     rewards[torch.arange(b), lengths - 1] = torch.randint(0, 2, (b,), generator=g).float()
     return DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask,
-                 "old_log_probs": -torch.rand(b, length, generator=g) * 3},
+        tensors={
+            "token_level_rewards": rewards,
+            "response_mask": mask,
+            "old_log_probs": -torch.rand(b, length, generator=g) * 3,
+        },
         non_tensors={"uid": np.array([f"u{i // n}" for i in range(b)], dtype=object)},
     )
 
 
 def _algo(alpha: float):
-    return OmegaConf.create({"adv_estimator": "grpo_composer", "alpha_sdpo": alpha, "norm_adv_by_std_in_grpo": False,
-                             "gamma": 1.0, "lam": 1.0})
+    return OmegaConf.create(
+        {
+            "adv_estimator": "grpo_composer",
+            "alpha_sdpo": alpha,
+            "norm_adv_by_std_in_grpo": False,
+            "gamma": 1.0,
+            "lam": 1.0,
+        }
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -47,11 +57,19 @@ def test_alpha_zero_is_plain_grpo(seed):
 
     batch = _batch(seed)
     ours, _ = composer_advantages(batch, _algo(0.0))
-    plain = compute_advantage(batch, adv_estimator="grpo", num_repeat=4, norm_adv_by_std_in_grpo=False,
-                              config=OmegaConf.create({"adv_estimator": "grpo"}))
+    plain = compute_advantage(
+        batch,
+        adv_estimator="grpo",
+        num_repeat=4,
+        norm_adv_by_std_in_grpo=False,
+        config=OmegaConf.create({"adv_estimator": "grpo"}),
+    )
     torch.testing.assert_close(ours, plain.batch["advantages"])
     # SDPO inputs present but alpha = 0: still plain GRPO.
-    sdpo = {"sdpo_teacher_log_probs": torch.zeros_like(ours), "sdpo_error_mask": torch.ones_like(ours, dtype=torch.bool)}
+    sdpo = {
+        "sdpo_teacher_log_probs": torch.zeros_like(ours),
+        "sdpo_error_mask": torch.ones_like(ours, dtype=torch.bool),
+    }
     torch.testing.assert_close(composer_advantages(batch, _algo(0.0), sdpo)[0], plain.batch["advantages"])
 
 
@@ -80,23 +98,39 @@ def test_sdpo_kl_estimate_masked_mean():
 @pytest.mark.parametrize("n_ranks", [1, 2])
 def test_update_batch_puts_replay_rows_first_and_zero_fills_loss_columns(n_ranks):
     head = DataProto.from_dict(
-        tensors={"input_ids": torch.arange(16).view(4, 4), "attention_mask": torch.ones(4, 4, dtype=torch.long),
-                 "advantages": torch.ones(4, 2), "token_level_scores": torch.ones(4, 2),
-                 "sdpo_weight": torch.full((4, 2), 0.5), "sdpo_topk_ids": torch.ones(4, 2, 3, dtype=torch.int32)},
+        tensors={
+            "input_ids": torch.arange(16).view(4, 4),
+            "attention_mask": torch.ones(4, 4, dtype=torch.long),
+            "advantages": torch.ones(4, 2),
+            "token_level_scores": torch.ones(4, 2),
+            "sdpo_weight": torch.full((4, 2), 0.5),
+            "sdpo_topk_ids": torch.ones(4, 2, 3, dtype=torch.int32),
+        },
         non_tensors={"uid": np.array(["a", "b", "c", "d"], dtype=object)},
         meta_info={"temperature": 1.0, "global_token_num": [4, 4, 4, 4]},
     )
-    block = DataProto.from_dict(tensors={"input_ids": torch.full((2, 4), 7), "attention_mask": torch.tensor([[0, 1, 1, 1]] * 2),
-                                         "advantages": torch.zeros(2, 2, dtype=torch.float64),
-                                         "dpo_sign": torch.tensor([1.0, -1.0])})
+    block = DataProto.from_dict(
+        tensors={
+            "input_ids": torch.full((2, 4), 7),
+            "attention_mask": torch.tensor([[0, 1, 1, 1]] * 2),
+            "advantages": torch.zeros(2, 2, dtype=torch.float64),
+            "dpo_sign": torch.tensor([1.0, -1.0]),
+        }
+    )
     merged = update_batch(head, block, n_ranks)
     assert len(merged) == 6
-    assert set(merged.batch.keys()) == {"input_ids", "attention_mask", "advantages", "dpo_sign", "sdpo_weight",
-                                        "sdpo_topk_ids"}
+    assert set(merged.batch.keys()) == {
+        "input_ids",
+        "attention_mask",
+        "advantages",
+        "dpo_sign",
+        "sdpo_weight",
+        "sdpo_topk_ids",
+    }
     is_replay = merged.batch["input_ids"][:, 0] == 7
     chunk = 6 // n_ranks
     for r in range(n_ranks):  # each rank's chunk starts with its replay rows
-        rows = is_replay[r * chunk:(r + 1) * chunk].tolist()
+        rows = is_replay[r * chunk : (r + 1) * chunk].tolist()
         assert rows == [True] * (2 // n_ranks) + [False] * (chunk - 2 // n_ranks)
     assert torch.equal(merged.batch["dpo_sign"][~is_replay], torch.zeros(4))  # the step's rows carry no DPO term
     assert torch.equal(merged.batch["sdpo_weight"][is_replay], torch.zeros(2, 2))  # the replay rows no SDPO term
@@ -116,9 +150,12 @@ def test_answer_key_compares_boxed_answers():
 def _cfg(*overrides, arm="full"):
     from verl_ext.config.compose import compose_config
 
-    cfg = compose_config("composer", [f"+arm={arm}", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                      "actor_rollout_ref.rollout.n=4", *overrides],
-                         config_module="recipe.composer.config", backend="cpu")
+    cfg = compose_config(
+        "composer",
+        [f"+arm={arm}", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4", *overrides],
+        config_module="recipe.composer.config",
+        backend="cpu",
+    )
     OmegaConf.resolve(cfg)
     return cfg
 
@@ -126,7 +163,9 @@ def _cfg(*overrides, arm="full"):
 TEACHER = "composer.replay.teacher_pool.teachers=[{name: a, base_url: 'http://127.0.0.1:9/v1', model: m}]"
 
 
-@pytest.mark.parametrize("arm,alpha,beta", [("baseline", 0, 0), ("sdpo", 0.1, 0), ("replay", 0, 0.05), ("full", 0.1, 0.05)])
+@pytest.mark.parametrize(
+    "arm,alpha,beta", [("baseline", 0, 0), ("sdpo", 0.1, 0), ("replay", 0, 0.05), ("full", 0.1, 0.05)]
+)
 def test_arms_differ_only_in_channel_weights(arm, alpha, beta):
     s = composer_settings(_cfg(TEACHER, arm=arm))
     assert (s.alpha_sdpo, s.beta_replay) == (alpha, beta)
@@ -164,8 +203,9 @@ def test_baseline_needs_no_teachers_or_reference():
 
 
 def test_sampled_token_form_runs_on_any_engine_setting():
-    s = composer_settings(_cfg(TEACHER, "composer.sdpo.form=sampled_token",
-                               "actor_rollout_ref.model.use_fused_kernels=true"))
+    s = composer_settings(
+        _cfg(TEACHER, "composer.sdpo.form=sampled_token", "actor_rollout_ref.model.use_fused_kernels=true")
+    )
     assert s.sdpo_form == "sampled_token" and s.teacher_topk == 64 and s.jsd_beta == 0.5 and s.token_clip == 10.0
     assert composer_settings(_cfg(TEACHER, "composer.sdpo.teacher_topk=null")).teacher_topk == 0  # whole vocabulary
 

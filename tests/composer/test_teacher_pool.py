@@ -29,8 +29,11 @@ def dead_url():
 
 
 def test_parallel_answers_from_every_teacher(chat_server):
-    teachers = (teacher(chat_server, "slow:0.2", name="a"), teacher(chat_server, "ok", name="b"),
-                teacher(chat_server, "ok", name="c", max_tokens=7))
+    teachers = (
+        teacher(chat_server, "slow:0.2", name="a"),
+        teacher(chat_server, "ok", name="b"),
+        teacher(chat_server, "ok", name="c", max_tokens=7),
+    )
     with TeacherPool(TeacherPoolConfig(teachers=teachers, max_workers=6, **FAST)) as pool:
         results = pool.query_many(requests(3))
         stats = pool.stats()
@@ -61,7 +64,11 @@ def test_faults_are_counted_and_never_raise(chat_server):
     answered = {name for name, a in answers.items() if a is not None}
     assert answered == {"ok", "fail_500_then_ok:2", "fail_429_then_ok:1"}
     assert stats["failures"] == {
-        "http_5xx": 1, "malformed": 2, "http_4xx": 1, "timeout": 1, "connection": 1,
+        "http_5xx": 1,
+        "malformed": 2,
+        "http_4xx": 1,
+        "timeout": 1,
+        "connection": 1,
     }
     # retried: 2 (flaky 500) + 1 (429) + 2 (always 500) + 2 (timeout) + 2 (dead); never malformed or 401
     assert stats["retries"] == 9

@@ -21,8 +21,8 @@ def _actor_weights_from_checkpoint(ckpt_dir):
 
 
 def test_stock_grpo_trains_on_cpu(ray_cpu, tiny_assets, tmp_path):
-    from verl.trainer.main_ppo_v0 import TaskRunner
     from transformers import AutoModelForCausalLM
+    from verl.trainer.main_ppo_v0 import TaskRunner
 
     steps = 3
     cfg = compose_config(

@@ -49,8 +49,8 @@ def test_default_backend_is_plain_gloo_and_initialises(monkeypatch):
 
 
 def test_fsdp_offload_policy_is_unpinned():
-    from verl.workers.engine.fsdp import transformer_impl
     from torch.distributed.fsdp import CPUOffloadPolicy
+    from verl.workers.engine.fsdp import transformer_impl
 
     policy = transformer_impl.CPUOffloadPolicy(pin_memory=True)
     assert isinstance(policy, CPUOffloadPolicy) and policy.pin_memory is False

@@ -340,7 +340,10 @@ def test_odd_number_of_kept_prompts_two_workers():
     ctrl.add_fresh_prompts(second)
     gen_in = ctrl.get_generation_inputs()
     assert ctrl.generation_counts == {
-        "screen_prompts": 2, "screen_responses": 6, "continue_prompts": 3, "continue_responses": 15
+        "screen_prompts": 2,
+        "screen_responses": 6,
+        "continue_prompts": 3,
+        "continue_responses": 15,
     }
     assert gen_in.non_tensor_batch["uid"][6:].tolist() == [u[0]] * 5 + [u[2]] * 5 + [u[4]] * 5
     values = {uid: [0.0] * 5 for uid in (u[0], u[2], u[4])} | {v: [1, 1, 1] for v in second.non_tensor_batch["uid"]}
@@ -356,8 +359,15 @@ def test_odd_number_of_kept_prompts_two_workers():
 
 @pytest.mark.parametrize(
     "values",
-    [[0.7, 0.7, 0.7], [0.1, 0.1 + 1e-12, 0.1], [1e16, 1e16 + 2, 1e16], [-1.0, -1.0, -1.0], [0.3, 0.9, 0.3],
-     [0.1] * 3, [1 / 3, 1 / 3, 1 / 3]],
+    [
+        [0.7, 0.7, 0.7],
+        [0.1, 0.1 + 1e-12, 0.1],
+        [1e16, 1e16 + 2, 1e16],
+        [-1.0, -1.0, -1.0],
+        [0.3, 0.9, 0.3],
+        [0.1] * 3,
+        [1 / 3, 1 / 3, 1 / 3],
+    ],
 )
 def test_keep_rule_matches_std_reference(values):
     ctrl = DataController(train_batch_size=1, n=3, n_continue=0, mode="fast")

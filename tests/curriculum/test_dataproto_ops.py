@@ -58,8 +58,15 @@ def test_truncate_full_width_is_identity():
     assert torch.equal(truncate(data, 0, 7).batch["input_ids"], data.batch["input_ids"])
 
 
-@pytest.mark.parametrize(("start", "end", "match"), [(-1, 3, "0 <= start < end"), (3, 3, "0 <= start < end"),
-                                                     (4, 2, "0 <= start < end"), (0, 8, "exceeds the 7 columns")])
+@pytest.mark.parametrize(
+    ("start", "end", "match"),
+    [
+        (-1, 3, "0 <= start < end"),
+        (3, 3, "0 <= start < end"),
+        (4, 2, "0 <= start < end"),
+        (0, 8, "exceeds the 7 columns"),
+    ],
+)
 def test_truncate_bad_ranges(start, end, match):
     with pytest.raises(ValueError, match=match):
         truncate(random_proto(np.random.default_rng(0), rows=2), start, end)
@@ -158,7 +165,9 @@ def test_verls_dataproto_class_is_not_patched():
     import subprocess
     import sys
 
-    code = ("import verl_ext.plugin, verl_ext.curriculum; from verl import DataProto; "
-            "print(hasattr(DataProto, 'truncate'), hasattr(DataProto, 'interleave_by_uid'))")
+    code = (
+        "import verl_ext.plugin, verl_ext.curriculum; from verl import DataProto; "
+        "print(hasattr(DataProto, 'truncate'), hasattr(DataProto, 'interleave_by_uid'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]

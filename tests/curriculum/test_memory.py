@@ -216,8 +216,12 @@ def test_prompt_keys_are_stable_across_processes_and_content_based():
         "v = np.empty(1, dtype=object); v[0] = json.loads(input()); print(int(memory.prompt_keys(v)[0]))"
     )
     other = subprocess.run(
-        [sys.executable, "-c", code, memory_module.__file__], input=json.dumps(msgs[3]), capture_output=True,
-        text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "123"},
+        [sys.executable, "-c", code, memory_module.__file__],
+        input=json.dumps(msgs[3]),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
     )
     assert int(other.stdout) == int(keys[3])
 
@@ -312,8 +316,9 @@ class EpochLoop:
         padded, _ = pad_to_multiple(gen_in, 3)
         rate = np.array([self.rate_of[u] for u in padded.non_tensor_batch["uid"]])
         acc = (self.rng.random(len(padded)) < rate).astype(np.float64)
-        out = padded.union(DataProto.from_dict(tensors={"responses": torch.zeros(len(padded), 2)},
-                                               non_tensors={"acc": acc}))
+        out = padded.union(
+            DataProto.from_dict(tensors={"responses": torch.zeros(len(padded), 2)}, non_tensors={"acc": acc})
+        )
         ctrl.update(out.select_idxs(self.rng.permutation(len(out))))
 
 
@@ -360,7 +365,7 @@ def test_controller_skips_exactly_as_the_reference_rule(mode, n, n_continue, mon
     assert c["prompts_screened"] + skipped == sum(len(f) for f in loop.offered)
     assert c["memory_prompts"] == 48
     # the memory only ever skips prompts of earlier uniform screenings: no informative prompt is dropped in epoch 0
-    assert all(len(s) == len(f) for f, s, in zip(loop.offered[:6], loop.screened[:6], strict=True))
+    assert all(len(s) == len(f) for f, s in zip(loop.offered[:6], loop.screened[:6], strict=True))
 
 
 @pytest.mark.parametrize("mid_flight", [False, True])
@@ -387,8 +392,11 @@ def test_controller_resume_makes_the_same_decisions(mid_flight):
         for ctrl in (loop.ctrl, restored):  # finish the pending call identically
             pending = ctrl.prompts_in_flight.sample_level_repeat(ctrl._repeats())
             m = len(pending)
-            ctrl.update(pending.union(DataProto.from_dict(tensors={"responses": torch.zeros(m, 2)},
-                                                          non_tensors={"acc": np.zeros(m)})))
+            ctrl.update(
+                pending.union(
+                    DataProto.from_dict(tensors={"responses": torch.zeros(m, 2)}, non_tensors={"acc": np.zeros(m)})
+                )
+            )
     for _ in range(60):
         loop.step()
         twin.step()

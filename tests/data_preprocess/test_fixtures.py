@@ -47,7 +47,10 @@ def test_make_fixtures_script(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "make_fixtures.py"), "--out-dir", str(tmp_path)],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     ).stdout
     for name in ("dapo17k_small", *MATH_SET_NAMES):
         assert (tmp_path / f"{name}.parquet").exists(), out

@@ -112,8 +112,13 @@ def test_eval_file_loads_in_verl(tmp_path, tiny_tokenizer):
     make_math_set("math500", src, n=8, duplicate_rows=0)
     path, n, _ = preprocess_math_set("math500", src, str(tmp_path / "o"))
     cfg = OmegaConf.create(
-        {"prompt_key": "prompt", "max_prompt_length": 4096, "filter_overlong_prompts": True,
-         "filter_overlong_prompts_workers": 1, "cache_dir": str(tmp_path / "cache")}
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": 4096,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+            "cache_dir": str(tmp_path / "cache"),
+        }
     )
     ds = RLHFDataset(path, tiny_tokenizer, cfg)
     assert len(ds) == n

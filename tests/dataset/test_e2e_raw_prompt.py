@@ -55,7 +55,11 @@ def test_string_prompts_are_encoded_raw_end_to_end(ray_cpu, tiny_assets, tiny_to
 
     raw = [n_tokens(t) for t in texts]
     templated = [
-        n_tokens(tiny_tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False))
+        n_tokens(
+            tiny_tokenizer.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+            )
+        )
         for t in texts
     ]
     assert max(raw) < min(templated)

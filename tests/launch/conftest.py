@@ -37,8 +37,13 @@ def cluster(tiny_assets):
     before = shm_segments()
     tmp = tempfile.mkdtemp(prefix="vxmn-", dir="/tmp")  # short: Ray's socket paths
     # Health checks every second: a killed node is declared dead in seconds, not ~30 s.
-    c = LocalCluster(num_nodes=2, cpus_per_node=6, gpus_per_node=1, temp_dir=tmp,
-                     env={"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"})
+    c = LocalCluster(
+        num_nodes=2,
+        cpus_per_node=6,
+        gpus_per_node=1,
+        temp_dir=tmp,
+        env={"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"},
+    )
     try:
         c.start()  # stops what it started if it fails
         yield c

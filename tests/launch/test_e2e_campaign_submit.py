@@ -16,7 +16,7 @@ from verl_ext.campaign.submit import STATE_FILE, SubmitState, submit_campaign
 from verl_ext.launch import job
 from verl_ext.metrics_log import read_jsonl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.multinode]  # not in `make test`: `make test-multinode`
 ROOT = job.PROJECT_ROOT
 
 
@@ -48,13 +48,13 @@ def test_campaign_on_the_cluster_survives_a_restart_and_reports_failures(cluster
             raise Interrupted(msg)
 
     with pytest.raises(Interrupted, match="grpo_s0: submitted cs-grpo_s0-a1"):
-        submit_campaign(spec, plans, client, local, max_concurrent=2, python=sys.executable,
-                        log=die_after_first_submit)
+        submit_campaign(spec, plans, client, local, max_concurrent=2, python=sys.executable, log=die_after_first_submit)
 
     # 2) Restarted: follows that job instead of submitting it again, runs the rest two at a time.
     messages = []
-    result = submit_campaign(spec, plans, client, local, max_concurrent=2, python=sys.executable, poll_s=1,
-                             log=messages.append)
+    result = submit_campaign(
+        spec, plans, client, local, max_concurrent=2, python=sys.executable, poll_s=1, log=messages.append
+    )
     assert "[campaign] grpo_s0: cs-grpo_s0-a1 was already submitted, following it" in messages
     assert sorted(result.succeeded) == ["grpo_s0", "maxrl_s0"] and result.skipped == []
     assert list(result.failed) == ["broken_s0"]
@@ -64,14 +64,35 @@ def test_campaign_on_the_cluster_survives_a_restart_and_reports_failures(cluster
         assert (local / "cs" / label / "metrics.png").exists()
     state = SubmitState.load(local / "cs" / STATE_FILE).runs
     assert {k: (v["status"], v["attempts"]) for k, v in state.items()} == {
-        "grpo_s0": ("SUCCEEDED", 1), "maxrl_s0": ("SUCCEEDED", 1), "broken_s0": ("FAILED", 1)}
+        "grpo_s0": ("SUCCEEDED", 1),
+        "maxrl_s0": ("SUCCEEDED", 1),
+        "broken_s0": ("FAILED", 1),
+    }
 
     # 3) The CLI, started again: the finished runs are skipped, the failed one is re-submitted and reported.
     spec_path = tmp_path / "cs.yaml"
     spec_path.write_text(yaml.safe_dump(raw))
-    r = subprocess.run([sys.executable, "scripts/campaign.py", str(spec_path), "--submit", cluster.dashboard_url,
-                        "--out-root", str(tmp_path / "cluster"), "--local-root", str(local), "--max-concurrent", "2",
-                        "--python", sys.executable], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/campaign.py",
+            str(spec_path),
+            "--submit",
+            cluster.dashboard_url,
+            "--out-root",
+            str(tmp_path / "cluster"),
+            "--local-root",
+            str(local),
+            "--max-concurrent",
+            "2",
+            "--python",
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "[campaign] 0 succeeded, 2 done earlier, 1 failed of 3 runs" in r.stdout
     assert "FAILED broken_s0" in r.stdout and "curriculum.max_num_gen_batches must be >= 0" in r.stdout
@@ -81,8 +102,11 @@ def test_campaign_on_the_cluster_survives_a_restart_and_reports_failures(cluster
     per_run = {}
     for j in jobs:
         per_run.setdefault(j.metadata["run"], []).append(j.submission_id)
-    assert {k: sorted(v) for k, v in per_run.items()} == {"grpo_s0": ["cs-grpo_s0-a1"], "maxrl_s0": ["cs-maxrl_s0-a1"],
-                                                          "broken_s0": ["cs-broken_s0-a1", "cs-broken_s0-a2"]}
+    assert {k: sorted(v) for k, v in per_run.items()} == {
+        "grpo_s0": ["cs-grpo_s0-a1"],
+        "maxrl_s0": ["cs-maxrl_s0-a1"],
+        "broken_s0": ["cs-broken_s0-a1", "cs-broken_s0-a2"],
+    }
     spans = [(j.start_time, j.end_time) for j in jobs]
     most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
     assert most <= 2, "the concurrency limit held"

@@ -23,7 +23,7 @@ from verl_ext.launch import job
 from verl_ext.launch.local_cluster import LocalCluster
 from verl_ext.metrics_log import read_jsonl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.multinode]  # not in `make test`: `make test-multinode`
 
 JOB_TIMEOUT_S = 600
 
@@ -56,8 +56,9 @@ class ActorNodes(threading.Thread):
 
         while not self.halt.wait(2.0):
             try:
-                actors = list_actors(address=self.address, filters=[("state", "=", "ALIVE")], limit=1000,
-                                     raise_on_missing_output=False)
+                actors = list_actors(
+                    address=self.address, filters=[("state", "=", "ALIVE")], limit=1000, raise_on_missing_output=False
+                )
             except Exception:  # noqa: BLE001, S112 -- the dashboard is busy on 2 cores: poll again
                 continue
             for a in actors:
@@ -76,9 +77,25 @@ def test_job_runs_on_both_nodes_and_syncs_weights(cluster, tmp_path):
     assert len(nodes) == 2
     run_dir, local = tmp_path / "run", tmp_path / "local"
     # The user's command: submit, stream the log, collect the outputs.
-    cmd = [sys.executable, "scripts/ray_job.py", "submit", "--address", cluster.dashboard_url, "--recipe", "fast_dapo",
-           "--run-dir", str(run_dir), "--local-dir", str(local), "--python", sys.executable, "--",
-           *TINY, "trainer.total_training_steps=2", "trainer.save_freq=-1"]
+    cmd = [
+        sys.executable,
+        "scripts/ray_job.py",
+        "submit",
+        "--address",
+        cluster.dashboard_url,
+        "--recipe",
+        "fast_dapo",
+        "--run-dir",
+        str(run_dir),
+        "--local-dir",
+        str(local),
+        "--python",
+        sys.executable,
+        "--",
+        *TINY,
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=-1",
+    ]
     poller = ActorNodes(cluster.dashboard_url)
     poller.start()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=job.PROJECT_ROOT, timeout=JOB_TIMEOUT_S)
@@ -94,8 +111,9 @@ def test_job_runs_on_both_nodes_and_syncs_weights(cluster, tmp_path):
     assert str(info.status.value) == "SUCCEEDED"
     assert poller.seen == {"WorkerDict": nodes, "vLLMHttpServer": nodes}, (poller.seen, nodes)
 
-    assert {"metrics.jsonl", "config.yaml", "overrides.yaml", "metrics.png", "job.json", "job.log"} <= \
-        {p.name for p in local.iterdir()}
+    assert {"metrics.jsonl", "config.yaml", "overrides.yaml", "metrics.png", "job.json", "job.log"} <= {
+        p.name for p in local.iterdir()
+    }
     rows = read_jsonl(local / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert rows == read_jsonl(run_dir / "metrics.jsonl"), "the collected log is the run's"
@@ -118,8 +136,9 @@ def test_lost_node_fails_the_job_and_resume_continues(cluster, tmp_path):
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not latest.exists():
         status = str(client.get_job_status(jid).value)
-        assert status not in job.TERMINAL, f"job ended ({status}) before its first checkpoint:\n" + \
-            client.get_job_logs(jid)[-5000:]
+        assert status not in job.TERMINAL, (
+            f"job ended ({status}) before its first checkpoint:\n" + client.get_job_logs(jid)[-5000:]
+        )
         assert time.monotonic() < deadline, "no checkpoint within the time limit"
         time.sleep(0.5)
     lost = cluster.worker_node_ids()
@@ -148,5 +167,7 @@ def test_lost_node_fails_the_job_and_resume_continues(cluster, tmp_path):
     rows = read_jsonl(run_dir / "metrics.jsonl")
     print("rollout vs actor probs diff max per step:", [r["training/rollout_probs_diff_max"] for r in rows])
     assert [r["step"] for r in rows] == list(range(1, 9)), "no step twice, none missing"
-    print(f"job failed {failed_after_s:.1f} s after the node was killed; steps logged before: {logged_before}, "
-          f"resumed from checkpoint {last_ckpt}")
+    print(
+        f"job failed {failed_after_s:.1f} s after the node was killed; steps logged before: {logged_before}, "
+        f"resumed from checkpoint {last_ckpt}"
+    )

@@ -17,15 +17,18 @@ def _req(*overrides, recipe="fast_dapo", run_dir="/shared/runs/x", **kw):
     return job.JobRequest(recipe, list(overrides), run_dir, **kw)
 
 
-@pytest.mark.parametrize("req, message", [
-    (_req(recipe="nope"), "unknown recipe 'nope'; this project has ['composer', 'fast_dapo']"),
-    (_req(run_dir="runs/x"), "run_dir must be an absolute path"),
-    (_req("trainer.nnodes"), "overrides must be key=value"),
-    (_req("trainer.no_such_key=1"), "Could not override 'trainer.no_such_key'"),
-    (_req("data.train_batch_size=[1"), "do not compose into recipe 'fast_dapo'"),
-    (_req("hydra.run.dir=/x"), "hydra.run.* is set by the launcher"),
-    (_req(working_dir="/no/such/dir"), "working dir /no/such/dir does not exist"),
-])
+@pytest.mark.parametrize(
+    "req, message",
+    [
+        (_req(recipe="nope"), "unknown recipe 'nope'; this project has ['composer', 'fast_dapo']"),
+        (_req(run_dir="runs/x"), "run_dir must be an absolute path"),
+        (_req("trainer.nnodes"), "overrides must be key=value"),
+        (_req("trainer.no_such_key=1"), "Could not override 'trainer.no_such_key'"),
+        (_req("data.train_batch_size=[1"), "do not compose into recipe 'fast_dapo'"),
+        (_req("hydra.run.dir=/x"), "hydra.run.* is set by the launcher"),
+        (_req(working_dir="/no/such/dir"), "working dir /no/such/dir does not exist"),
+    ],
+)
 def test_bad_requests_fail_before_submitting(req, message):
     with pytest.raises(job.JobError, match=message.replace("[", r"\[").replace("*", r"\*")):
         job.validate(req)
@@ -38,7 +41,7 @@ def test_entrypoint_runs_the_recipe_through_the_job_entry_with_cluster_overrides
     assert argv[:3] == ["/opt/py/bin/python", "-m", "verl_ext.launch.entry"]
     assert argv[argv.index("--module") + 1] == "recipe.fast_dapo.main"
     assert argv[argv.index("--lost-node-grace-s") + 1] == "5"
-    overrides = argv[argv.index("--") + 1:]
+    overrides = argv[argv.index("--") + 1 :]
     assert overrides[:2] == ["+preset=cpu_demo", "trainer.nnodes=2"]
     assert "trainer.default_local_dir=/shared/runs/x" in overrides
     assert "trainer.jsonl_metrics_path=/shared/runs/x/metrics.jsonl" in overrides
@@ -70,8 +73,13 @@ def test_artifacts_round_trip_through_a_noisy_log(tmp_path):
     src.mkdir()
     (src / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
     (src / "metrics.png").write_bytes(os.urandom(20000))  # incompressible: several lines
-    lines = artifacts.pack({"metrics.jsonl": src / "metrics.jsonl", "metrics.png": src / "metrics.png",
-                            "config.yaml": src / "missing.yaml"})
+    lines = artifacts.pack(
+        {
+            "metrics.jsonl": src / "metrics.jsonl",
+            "metrics.png": src / "metrics.png",
+            "config.yaml": src / "missing.yaml",
+        }
+    )
     assert len(lines) > 3 and all(len(line) < artifacts.LINE_CHARS + 40 for line in lines)
     log = "\n".join(["(WorkerDict pid=1) step:1", *lines[:2], "(vLLMHttpServer) noise", *lines[2:], "bye"])
     names = artifacts.unpack(log, tmp_path / "out")
@@ -90,7 +98,7 @@ def test_unpack_takes_the_last_whole_block_and_rejects_a_damaged_one(tmp_path):
     assert artifacts.unpack("\n".join([*first, *second[:-1]]), tmp_path / "o1") == ["x.txt"]  # 2nd cut off
     assert (tmp_path / "o1" / "x.txt").read_text() == "first"
     assert artifacts.unpack("no block here", tmp_path / "o2") == []
-    damaged = [*first[:1], artifacts.LINE + first[1][len(artifacts.LINE) + 4:], *first[2:]]
+    damaged = [*first[:1], artifacts.LINE + first[1][len(artifacts.LINE) + 4 :], *first[2:]]
     with pytest.raises(ValueError, match="damaged"):
         artifacts.unpack("\n".join(damaged), tmp_path / "o3")
     with pytest.raises(ValueError, match="over the 10 byte limit"):
@@ -99,19 +107,49 @@ def test_unpack_takes_the_last_whole_block_and_rejects_a_damaged_one(tmp_path):
 
 def test_cli_rejects_a_bad_request_without_contacting_a_cluster():
     # An address nothing listens on: the request must fail on validation, with exit code 2, before connecting.
-    r = subprocess.run([sys.executable, "scripts/ray_job.py", "submit", "--address", "http://127.0.0.1:9",
-                        "--recipe", "fast_dapo", "--run-dir", "/tmp/x", "--", "trainer.no_such_key=1"],
-                       capture_output=True, text=True, cwd=job.PROJECT_ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/ray_job.py",
+            "submit",
+            "--address",
+            "http://127.0.0.1:9",
+            "--recipe",
+            "fast_dapo",
+            "--run-dir",
+            "/tmp/x",
+            "--",
+            "trainer.no_such_key=1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=job.PROJECT_ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert "Could not override 'trainer.no_such_key'" in r.stderr
 
 
 @pytest.mark.parametrize("code", [0, 7])
 def test_entry_passes_the_exit_code_through_and_attaches_the_outputs(tmp_path, code):
-    r = subprocess.run([sys.executable, "-m", "verl_ext.launch.entry", "--run-dir", str(tmp_path / "run"),
-                        "--module", "tests.launch.fake_recipe", "--", f"exit={code}"],
-                       capture_output=True, text=True, cwd=job.PROJECT_ROOT, timeout=120,
-                       env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"})  # no cluster: watch off
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_ext.launch.entry",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--module",
+            "tests.launch.fake_recipe",
+            "--",
+            f"exit={code}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=job.PROJECT_ROOT,
+        timeout=120,
+        env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"},
+    )  # no cluster: watch off
     assert r.returncode == code, r.stderr
     names = artifacts.unpack(r.stdout, tmp_path / "local")
     assert names == ["config.yaml", "metrics.jsonl", "overrides.yaml"]

@@ -30,20 +30,41 @@ def test_each_step_is_a_flushed_line(tmp_path):
 
 def test_values_become_plain_json(tmp_path):
     metrics = {
-        "np_float": np.float32(0.5), "np_int": np.int64(7), "np_bool": np.bool_(True),
+        "np_float": np.float32(0.5),
+        "np_int": np.int64(7),
+        "np_bool": np.bool_(True),
         "torch_scalar": torch.tensor(2.5),
-        "torch_int": torch.tensor(3), "vector": np.array([1.0, np.nan]), "tensor_vec": torch.tensor([1, 2]),
-        "nan": float("nan"), "inf": np.float64("inf"), "neg_inf": -math.inf, "nested": {"a": (1, np.float64(2.0))},
-        "none": None, "text": "ok", 5: "int key",
+        "torch_int": torch.tensor(3),
+        "vector": np.array([1.0, np.nan]),
+        "tensor_vec": torch.tensor([1, 2]),
+        "nan": float("nan"),
+        "inf": np.float64("inf"),
+        "neg_inf": -math.inf,
+        "nested": {"a": (1, np.float64(2.0))},
+        "none": None,
+        "text": "ok",
+        5: "int key",
     }
     with JsonlMetricsWriter(tmp_path / "m.jsonl", fsync=True) as writer:
         writer.log(np.int64(1), metrics)
     line = raw_lines(tmp_path / "m.jsonl")[0]
     assert "NaN" not in line and "Infinity" not in line
     assert json.loads(line) == {
-        "step": 1, "np_float": 0.5, "np_int": 7, "np_bool": True, "torch_scalar": 2.5, "torch_int": 3,
-        "vector": [1.0, None], "tensor_vec": [1, 2], "nan": None, "inf": None, "neg_inf": None,
-        "nested": {"a": [1, 2.0]}, "none": None, "text": "ok", "5": "int key",
+        "step": 1,
+        "np_float": 0.5,
+        "np_int": 7,
+        "np_bool": True,
+        "torch_scalar": 2.5,
+        "torch_int": 3,
+        "vector": [1.0, None],
+        "tensor_vec": [1, 2],
+        "nan": None,
+        "inf": None,
+        "neg_inf": None,
+        "nested": {"a": [1, 2.0]},
+        "none": None,
+        "text": "ok",
+        "5": "int key",
     }
     assert type(json.loads(line)["np_int"]) is int
 

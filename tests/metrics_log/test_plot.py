@@ -17,8 +17,10 @@ def _log(path, rows):
 
 
 def test_series_skip_absent_and_null_values(tmp_path):
-    path = _log(tmp_path / "a" / "metrics.jsonl",
-                [(0, {"val": 0.1}), (1, {"acc": 0.2}), (2, {"acc": float("nan")}), (3, {"acc": 0.5, "val": 0.4})])
+    path = _log(
+        tmp_path / "a" / "metrics.jsonl",
+        [(0, {"val": 0.1}), (1, {"acc": 0.2}), (2, {"acc": float("nan")}), (3, {"acc": 0.5, "val": 0.4})],
+    )
     from verl_ext.metrics_log import read_jsonl
 
     records = read_jsonl(path)

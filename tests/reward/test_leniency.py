@@ -138,8 +138,15 @@ def gen_int_separators(rng):
     if rng.random() < 0.5:
         # Right groups in a context that makes them a list to math_verify, or a leading 0 group (a decimal comma).
         grouped = _sep(n, ",")
-        contexts = [grouped.replace(",", ", "), grouped.replace(",", " ,"), f"- {grouped}", f"x = {grouped}",
-                    f"+{grouped}", f"0{grouped.lstrip('-')}", "0," + digits[-3:]]
+        contexts = [
+            grouped.replace(",", ", "),
+            grouped.replace(",", " ,"),
+            f"- {grouped}",
+            f"x = {grouped}",
+            f"+{grouped}",
+            f"0{grouped.lstrip('-')}",
+            "0," + digits[-3:],
+        ]
         return str(n), rng.choice(contexts), False
     # Misplaced separators: "12,34", "1,2345", "123,45" are not thousands groupings.
     cut = rng.choice([c for c in range(1, len(digits)) if (len(digits) - c) % 3 != 0] or [1])
@@ -166,11 +173,16 @@ def gen_decimal(rng):
     exact = f"{float(value):.6f}".rstrip("0").rstrip(".")
     r = rng.random()
     if r < 0.6:
-        pred = rng.choice([
-            exact, exact + "0", exact.replace("0.", ".", 1) if exact.startswith(("0.", "-0.")) else exact,
-            "0" + exact if not exact.startswith("-") else exact, f"\\frac{{{value.numerator}}}{{{value.denominator}}}",
-            f"{value.numerator}/{value.denominator}",
-        ])
+        pred = rng.choice(
+            [
+                exact,
+                exact + "0",
+                exact.replace("0.", ".", 1) if exact.startswith(("0.", "-0.")) else exact,
+                "0" + exact if not exact.startswith("-") else exact,
+                f"\\frac{{{value.numerator}}}{{{value.denominator}}}",
+                f"{value.numerator}/{value.denominator}",
+            ]
+        )
         return exact, pred, True
     if r < 0.8:
         return exact, f"{float(value) + rng.choice([0.1, -0.01, 1, 0.001]):.4f}".rstrip("0").rstrip("."), False
@@ -200,8 +212,20 @@ def gen_percent(rng):
 
 def gen_units(rng):
     n = rng.randint(1, 5000)
-    unit = rng.choice(["\\text{ cm}", "\\text{cm}", "\\mbox{ meters}", " \\text{ inches}", "\\text{ dollars}",
-                       "^\\circ", "^{\\circ}", "°", "\\degree", "\\text{ degrees}"])
+    unit = rng.choice(
+        [
+            "\\text{ cm}",
+            "\\text{cm}",
+            "\\mbox{ meters}",
+            " \\text{ inches}",
+            "\\text{ dollars}",
+            "^\\circ",
+            "^{\\circ}",
+            "°",
+            "\\degree",
+            "\\text{ degrees}",
+        ]
+    )
     gold = rng.choice([str(n), f"{n}{unit}"])
     if rng.random() < 0.65:
         return gold, rng.choice([f"{n}{unit}", str(n), f"\\${n}"]), True
@@ -216,8 +240,15 @@ def gen_fraction_latex(rng):
     gold = rng.choice([f"\\frac{{{a}}}{{{b}}}", f"\\dfrac{{{a}}}{{{b}}}", f"{a}/{b}"])
     r = rng.random()
     if r < 0.55:
-        forms = [f"\\frac{{{a}}}{{{b}}}", f"\\dfrac{{{a}}}{{{b}}}", f"\\tfrac{{{a}}}{{{b}}}", f"{a}/{b}",
-                 f"\\frac{{{k * a}}}{{{k * b}}}", f"\\left(\\frac{{{a}}}{{{b}}}\\right)", f"\\frac {{{a}}} {{{b}}}"]
+        forms = [
+            f"\\frac{{{a}}}{{{b}}}",
+            f"\\dfrac{{{a}}}{{{b}}}",
+            f"\\tfrac{{{a}}}{{{b}}}",
+            f"{a}/{b}",
+            f"\\frac{{{k * a}}}{{{k * b}}}",
+            f"\\left(\\frac{{{a}}}{{{b}}}\\right)",
+            f"\\frac {{{a}}} {{{b}}}",
+        ]
         if a < 10 and b < 10:
             forms.append(f"\\frac{a}{b}")
         return gold, rng.choice(forms), True
@@ -225,8 +256,12 @@ def gen_fraction_latex(rng):
         s = rng.choice([2, 3, 5, 6, 7])
         roots = [f"\\sqrt{{{k * k * s}}}", f"{k} \\sqrt {s}", f"{k}\\sqrt{{{s + 1}}}"]
         return f"{k}\\sqrt{{{s}}}", rng.choice(roots), None
-    forms = [f"\\frac{{{b}}}{{{a}}}", f"\\frac{{{a + 1}}}{{{b}}}", f"-\\frac{{{a}}}{{{b}}}",
-             f"\\frac{{{a}}}{{{b}}}{{{k}}}"]
+    forms = [
+        f"\\frac{{{b}}}{{{a}}}",
+        f"\\frac{{{a + 1}}}{{{b}}}",
+        f"-\\frac{{{a}}}{{{b}}}",
+        f"\\frac{{{a}}}{{{b}}}{{{k}}}",
+    ]
     if a < 10 and b < 10:
         forms.append(f"{a}{b}")  # \frac{a}{b} with the macro lost
     return gold, rng.choice(forms), False
@@ -336,25 +371,27 @@ _OTHER_DIGITS = str.maketrans("0123456789", "\uff10\uff11\uff12\uff13\uff14\uff1
 
 def gen_near_miss(rng):
     n = rng.randint(1, 9999)
-    return rng.choice([
-        (str(n), f"{n}\\text{{ million}}", None),  # math_verify drops any trailing \text{}: its own choice
-        (str(n), f"{n}\\text{{ {rng.choice(['and', 'or'])} }}", False),  # a list comma to math_verify
-        (str(n), f"{n}\\sqrt{{2}}", False),
-        (str(n), f"{n}i", False),
-        (str(n), f"{n}\\mathrm{{i}}", None),
-        (str(n), f"{n}e", False),
-        (str(n), f"{n}^2", False),
-        (str(n), f"{n}!", False),
-        (str(n), f"\\{{{n}\\}}", None),
-        (str(n), f"({n})", None),
-        (str(n), f"{n}x", False),
-        (str(n), f"{n},{n}", False),
-        (str(n), f"{n} or {n + 1}", False),
-        (str(n), f"\\pm {n}", False),
-        (f"\\sqrt{{{n}}}", str(n), False),
-        (str(n), f"\\frac{{{n}}}{{1}}", True),
-        (str(n), str(n).translate(_OTHER_DIGITS), None),  # other scripts' digits: not numbers to math_verify
-    ])
+    return rng.choice(
+        [
+            (str(n), f"{n}\\text{{ million}}", None),  # math_verify drops any trailing \text{}: its own choice
+            (str(n), f"{n}\\text{{ {rng.choice(['and', 'or'])} }}", False),  # a list comma to math_verify
+            (str(n), f"{n}\\sqrt{{2}}", False),
+            (str(n), f"{n}i", False),
+            (str(n), f"{n}\\mathrm{{i}}", None),
+            (str(n), f"{n}e", False),
+            (str(n), f"{n}^2", False),
+            (str(n), f"{n}!", False),
+            (str(n), f"\\{{{n}\\}}", None),
+            (str(n), f"({n})", None),
+            (str(n), f"{n}x", False),
+            (str(n), f"{n},{n}", False),
+            (str(n), f"{n} or {n + 1}", False),
+            (str(n), f"\\pm {n}", False),
+            (f"\\sqrt{{{n}}}", str(n), False),
+            (str(n), f"\\frac{{{n}}}{{1}}", True),
+            (str(n), str(n).translate(_OTHER_DIGITS), None),  # other scripts' digits: not numbers to math_verify
+        ]
+    )
 
 
 GENERATORS = {
@@ -390,6 +427,7 @@ def generate(n: int, seed: int) -> list[tuple[str, str, str, bool | None]]:
 
 def shape(s: str) -> str:
     """A string with every digit run replaced by its length (capped at 4) and a mark for a leading zero."""
+
     def run(m: re.Match) -> str:
         digits = m.group()
         return ("0" if len(digits) > 1 and digits[0] == "0" else "") + f"#{min(len(digits), 4)}"
@@ -454,8 +492,16 @@ def survey(math_verify_accepts):
         f"fast verdict per kind: { {k: {v: per_kind[k, v] for v in (True, False, None)} for k in GENERATORS} }"
     )
     print(report)
-    return {"counts": counts, "per_kind": per_kind, "checked": checked, "lenient": lenient, "excused": excused,
-            "stricter": stricter, "pool_disagree": pool_disagree, "report": report}
+    return {
+        "counts": counts,
+        "per_kind": per_kind,
+        "checked": checked,
+        "lenient": lenient,
+        "excused": excused,
+        "stricter": stricter,
+        "pool_disagree": pool_disagree,
+        "report": report,
+    }
 
 
 def test_never_more_lenient_than_math_verify(survey):

@@ -200,8 +200,10 @@ def test_pathological_answer_off_the_main_thread():
     _warm_pool(limit)
     with ThreadPoolExecutor(max_workers=4) as ex:
         start = time.perf_counter()
-        futures = [ex.submit(compute_score, "t", boxed(p), g, timeout_s=limit) for g, p in
-                   [("5", "9^{9^{9^{9}}}"), ("\\frac{1}{2}", "\\dfrac{2}{4}"), ("[1,2)", "[1, 2)"), ("3", "4")]]
+        futures = [
+            ex.submit(compute_score, "t", boxed(p), g, timeout_s=limit)
+            for g, p in [("5", "9^{9^{9^{9}}}"), ("\\frac{1}{2}", "\\dfrac{2}{4}"), ("[1,2)", "[1, 2)"), ("3", "4")]
+        ]
         results = [f.result() for f in futures]
         elapsed = time.perf_counter() - start
     assert threading.current_thread() is threading.main_thread()
@@ -270,8 +272,20 @@ MULTI_BOX_RESPONSES = [
     "$\\boxed{4}$ , and also $\\boxed{6}$.",
 ]
 MULTI_BOX_GOLDS = ["(1, 2)", "1, 2", "\\{1, 2\\}", "(2, 1)", "1", "2", "5", "\\{1, -2\\}", "-2", "4, 6", "6"]
-_SEPARATORS = [", ", " and ", " or ", "; ", "\n", " then ", ". So the final answer is ", " , and also ", " ", "$ and $",
-               "$, $", "\n\nPart (b): "]
+_SEPARATORS = [
+    ", ",
+    " and ",
+    " or ",
+    "; ",
+    "\n",
+    " then ",
+    ". So the final answer is ",
+    " , and also ",
+    " ",
+    "$ and $",
+    "$, $",
+    "\n\nPart (b): ",
+]
 
 
 def _whole_response_verdicts(response: str, golds: list[str]) -> list[bool]:

@@ -68,7 +68,7 @@ def test_as_rational_random_against_fraction():
     # Reference: Python's Fraction on the plain decimal / a-b spelling of the same number.
     rng = random.Random(1)
     for _ in range(2000):
-        num, den = rng.randint(-10**6, 10**6), rng.randint(1, 10**4)
+        num, den = rng.randint(-(10**6), 10**6), rng.randint(1, 10**4)
         assert as_rational(f"{num}/{den}") == Fraction(num, den)
         sign = "-" if num < 0 else ""
         assert as_rational(f"{sign}\\frac{{{abs(num)}}}{{{den}}}") == Fraction(num, den)

@@ -76,9 +76,15 @@ def test_warmed_up_model_leaves_headroom(tiny_assets):
         torch.manual_seed(0)
         ids = {k: v.repeat_interleave(repeat, 0) for k, v in enc.items()}
         with torch.no_grad():
-            out = lm.generate(**ids, max_new_tokens=16, do_sample=sample, top_k=0 if sample else None,
-                              pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        answers = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = lm.generate(
+                **ids,
+                max_new_tokens=16,
+                do_sample=sample,
+                top_k=0 if sample else None,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        answers = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         gts = [t for t in truths for _ in range(repeat)]
         return sum(task.compute_score("x", a, t)["acc"] for a, t in zip(answers, gts, strict=True)) / len(gts), answers
 

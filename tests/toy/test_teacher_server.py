@@ -19,16 +19,22 @@ def server():
 
 
 def test_right_and_wrong_teachers_answer_the_toy_task(server, tmp_path):
-    cfg = TeacherPoolConfig.from_dict({
-        "teachers": [{"name": n, "base_url": server.base_url, "model": m, "api_key_env": None, "timeout_s": 5}
-                     for n, m in (("t1", "right"), ("t2", "wrong"))],
-        "cache_path": str(tmp_path / "cache.jsonl"), "max_retries": 0,
-    })
+    cfg = TeacherPoolConfig.from_dict(
+        {
+            "teachers": [
+                {"name": n, "base_url": server.base_url, "model": m, "api_key_env": None, "timeout_s": 5}
+                for n, m in (("t1", "right"), ("t2", "wrong"))
+            ],
+            "cache_path": str(tmp_path / "cache.jsonl"),
+            "max_retries": 0,
+        }
+    )
     pool = TeacherPool(cfg)
     try:
         prompts = [make_prompt(d, d) for d in (3, 0, 7)]
-        answers = pool.query_many([TeacherRequest(f"trace{i}", 1, [{"role": "user", "content": p}])
-                                   for i, p in enumerate(prompts)])
+        answers = pool.query_many(
+            [TeacherRequest(f"trace{i}", 1, [{"role": "user", "content": p}]) for i, p in enumerate(prompts)]
+        )
     finally:
         pool.close()
     for d, answer in zip((3, 0, 7), answers):
@@ -39,8 +45,9 @@ def test_right_and_wrong_teachers_answer_the_toy_task(server, tmp_path):
 
 def test_unknown_model_and_malformed_body_are_http_errors(server):
     def post(body: bytes):
-        req = urllib.request.Request(server.base_url + "/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            server.base_url + "/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         return urllib.request.urlopen(req, timeout=5)
 
     with pytest.raises(urllib.error.HTTPError) as e:

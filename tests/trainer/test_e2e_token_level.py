@@ -48,9 +48,16 @@ def test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state(ray_cp
     assert lambdas == [0.5, 1.0]  # linear part of the schedule: (step - 0) / 2; auto is 0 before 50 observations
     for r in rows:
         for key in (
-            "adv/exec_u_mean_before", "adv/exec_u_var_before", "adv/exec_u_mean_after", "adv/exec_u_var_after",
-            "adv/planning_token_frac", "adv/skipped_all_correct", "adv/skipped_all_wrong",
-            "actor/pg_loss", "actor/grad_norm", "critic/advantages/mean",
+            "adv/exec_u_mean_before",
+            "adv/exec_u_var_before",
+            "adv/exec_u_mean_after",
+            "adv/exec_u_var_after",
+            "adv/planning_token_frac",
+            "adv/skipped_all_correct",
+            "adv/skipped_all_wrong",
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "critic/advantages/mean",
         ):
             assert key in r and r[key] is not None and math.isfinite(r[key]), (r["step"], key, r.get(key))
         # SEPA pooled the Shannon entropies of execution tokens towards each response's mean: their variance over

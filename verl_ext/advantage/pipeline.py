@@ -26,8 +26,8 @@ from collections.abc import MutableMapping
 import torch
 
 from verl_ext.advantage.config import TRANSFORM_MODES, AdvantageConfig
-from verl_ext.advantage.grpo import grpo_advantages
 from verl_ext.advantage.groups import group_ids
+from verl_ext.advantage.grpo import grpo_advantages
 from verl_ext.advantage.gtpo import gtpo_advantages_
 from verl_ext.advantage.hicra import hicra_factor_
 from verl_ext.advantage.maxrl import maxrl_advantages
@@ -79,26 +79,57 @@ def compute_advantages(
         out["adv/sepa_lambda"] = min(max(float(sepa_lambda), 0.0), 1.0)
 
     if config.algorithm_mode:
-        advantages = _algorithm_plugin(config, rewards=rewards, gid=gid, index=index, response_mask=response_mask,
-                                       old_log_probs=old_log_probs, entropys=entropys, planning_mask=planning_mask,
-                                       step=step, sepa_lambda=sepa_lambda, out=out)
+        advantages = _algorithm_plugin(
+            config,
+            rewards=rewards,
+            gid=gid,
+            index=index,
+            response_mask=response_mask,
+            old_log_probs=old_log_probs,
+            entropys=entropys,
+            planning_mask=planning_mask,
+            step=step,
+            sepa_lambda=sepa_lambda,
+            out=out,
+        )
     else:
         episode = _episode_advantages(config, rewards, gid, n_groups)
         episode = torch.where(flat, 0.0, episode).to(token_level_rewards.dtype)
         if config.effective_transform == "none":
             advantages = episode.unsqueeze(-1) * response_mask  # as verl's grpo_vectorized: one fresh (bs, T) tensor
         else:
-            advantages = _token_advantages(config, episode=episode, response_mask=response_mask,
-                                           old_log_probs=old_log_probs, entropys=entropys,
-                                           planning_mask=planning_mask, gid=gid, step=step, sepa_lambda=sepa_lambda,
-                                           out=out, with_stats=metrics is not None)
+            advantages = _token_advantages(
+                config,
+                episode=episode,
+                response_mask=response_mask,
+                old_log_probs=old_log_probs,
+                entropys=entropys,
+                planning_mask=planning_mask,
+                gid=gid,
+                step=step,
+                sepa_lambda=sepa_lambda,
+                out=out,
+                with_stats=metrics is not None,
+            )
     if metrics is not None:
         metrics.update(out)
     return advantages.to(token_level_rewards.dtype)
 
 
-def _token_advantages(config, *, episode, response_mask, old_log_probs, entropys, planning_mask, gid, step,
-                      sepa_lambda, out, with_stats: bool) -> torch.Tensor:
+def _token_advantages(
+    config,
+    *,
+    episode,
+    response_mask,
+    old_log_probs,
+    entropys,
+    planning_mask,
+    gid,
+    step,
+    sepa_lambda,
+    out,
+    with_stats: bool,
+) -> torch.Tensor:
     """u -> SEPA -> GTPO -> HICRA, or a transform plugin. Fresh (bs, T) tensors cost far more than in-place passes
     on CPU (page faults), so this works in place on three: the mask m, the planning mask p (float 0/1) and u, which
     becomes the weights and then the advantages."""
@@ -112,9 +143,20 @@ def _token_advantages(config, *, episode, response_mask, old_log_probs, entropys
     before = after = _uncertainty_sums(u, p) if with_stats else None
     if transform not in TRANSFORM_MODES:
         # "after" = "before": u not transformed
-        advantages = _transform_plugin(config, transform, episode=episode, old_log_probs=old_log_probs, u=u,
-                                       response_mask=response_mask, p=p, gid=gid, entropys=entropys, step=step,
-                                       sepa_lambda=sepa_lambda, out=out)
+        advantages = _transform_plugin(
+            config,
+            transform,
+            episode=episode,
+            old_log_probs=old_log_probs,
+            u=u,
+            response_mask=response_mask,
+            p=p,
+            gid=gid,
+            entropys=entropys,
+            step=step,
+            sepa_lambda=sepa_lambda,
+            out=out,
+        )
     else:
         if transform == "gtpo_sepa":
             sepa_pool_(u, p, m, sepa_lambda)  # consumes p; planning tokens keep their u, so their sums too
@@ -157,8 +199,9 @@ def _lambda(sepa_lambda: float | None) -> float:
     return 0.0 if sepa_lambda is None else float(sepa_lambda)
 
 
-def _algorithm_plugin(config, *, rewards, gid, index, response_mask, old_log_probs, entropys, planning_mask, step,
-                      sepa_lambda, out) -> torch.Tensor:
+def _algorithm_plugin(
+    config, *, rewards, gid, index, response_mask, old_log_probs, entropys, planning_mask, step, sepa_lambda, out
+) -> torch.Tensor:
     mask = response_mask.bool()
     planning = None if planning_mask is None else planning_mask.bool() & mask
     m = response_mask.to(torch.float32)
@@ -171,9 +214,19 @@ def _algorithm_plugin(config, *, rewards, gid, index, response_mask, old_log_pro
     _emit_uncertainty_stats(out, "before", n_tokens, before)
     _emit_uncertainty_stats(out, "after", n_tokens, before)
     ctx = AlgorithmContext(
-        rewards=rewards, group_ids=gid, index=index, logprobs=old_log_probs, uncertainty=u, response_mask=mask,
-        planning_mask=planning, entropys=entropys, sepa_lambda=_lambda(sepa_lambda), step=step,
-        gtpo_beta=config.gtpo_beta, hicra_alpha=config.hicra_alpha, advantage_params=config.advantage_params,
+        rewards=rewards,
+        group_ids=gid,
+        index=index,
+        logprobs=old_log_probs,
+        uncertainty=u,
+        response_mask=mask,
+        planning_mask=planning,
+        entropys=entropys,
+        sepa_lambda=_lambda(sepa_lambda),
+        step=step,
+        gtpo_beta=config.gtpo_beta,
+        hicra_alpha=config.hicra_alpha,
+        advantage_params=config.advantage_params,
         transform_params=config.transform_params,
     )
     plugin = load_context_plugin(config.algorithm_mode, "algorithm_mode")
@@ -182,14 +235,24 @@ def _algorithm_plugin(config, *, rewards, gid, index, response_mask, old_log_pro
     return advantages
 
 
-def _transform_plugin(config, transform, *, episode, old_log_probs, u, response_mask, p, gid, entropys, step,
-                      sepa_lambda, out) -> torch.Tensor:
+def _transform_plugin(
+    config, transform, *, episode, old_log_probs, u, response_mask, p, gid, entropys, step, sepa_lambda, out
+) -> torch.Tensor:
     mask = response_mask.bool()
     planning = None if p is None else p.bool()
     ctx = TransformContext(
-        episode_advantages=episode, logprobs=old_log_probs, uncertainty=u, response_mask=mask,
-        planning_mask=planning, group_ids=gid, entropys=entropys, sepa_lambda=_lambda(sepa_lambda), step=step,
-        gtpo_beta=config.gtpo_beta, hicra_alpha=config.hicra_alpha, params=config.transform_params,
+        episode_advantages=episode,
+        logprobs=old_log_probs,
+        uncertainty=u,
+        response_mask=mask,
+        planning_mask=planning,
+        group_ids=gid,
+        entropys=entropys,
+        sepa_lambda=_lambda(sepa_lambda),
+        step=step,
+        gtpo_beta=config.gtpo_beta,
+        hicra_alpha=config.hicra_alpha,
+        params=config.transform_params,
     )
     plugin = load_context_plugin(transform, "transform_mode")
     advantages, extra = token_advantages_from(plugin.fn(ctx), mask, f"transform_mode={plugin.path!r}")

@@ -176,7 +176,7 @@ def _plugin(path: str, role: str, fn: Callable, form: str) -> Plugin:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_episode_plugin(path: str) -> Plugin:
     fn = _resolve(path, "advantage_mode")
     if getattr(fn, "vectorized", False):
@@ -193,7 +193,7 @@ def load_episode_plugin(path: str) -> Plugin:
     return _plugin(path, "advantage_mode", fn, "group")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_context_plugin(path: str, role: str) -> Plugin:
     """A transform (role "transform_mode") or full-algorithm (role "algorithm_mode") plugin: fn(ctx)."""
     fn = _resolve(path, role)
@@ -201,7 +201,7 @@ def load_context_plugin(path: str, role: str) -> Plugin:
     return _plugin(path, role, fn, "ctx")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_uncertainty_plugin(path: str) -> Plugin:
     fn = _resolve(path, "uncertainty_kind")
     _check_signature(fn, 4, "uncertainty_kind", path, "fn(log_probs, entropys, mask, params)")

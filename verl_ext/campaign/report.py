@@ -45,7 +45,9 @@ DEFAULT_KEYS = [
 DEFAULT_TARGET_KEY = "val-core/*/acc/mean@1"
 
 
-def load_campaign(spec: CampaignSpec, out_root: str | Path, only: Sequence[str] | None = None) -> tuple[Campaign, list[str]]:
+def load_campaign(
+    spec: CampaignSpec, out_root: str | Path, only: Sequence[str] | None = None
+) -> tuple[Campaign, list[str]]:
     """{condition: {seed: records}} of the runs that have a metrics log, and the labels of those that have none."""
     campaign: dict[str, dict[int, list[dict]]] = {}
     missing = []
@@ -58,7 +60,9 @@ def load_campaign(spec: CampaignSpec, out_root: str | Path, only: Sequence[str] 
         else:
             missing.append(run.label)
     if not campaign:
-        raise FileNotFoundError(f"no run of campaign {spec.name!r} under {Path(out_root) / spec.name} has a metrics log yet")
+        raise FileNotFoundError(
+            f"no run of campaign {spec.name!r} under {Path(out_root) / spec.name} has a metrics log yet"
+        )
     return campaign, missing
 
 
@@ -86,12 +90,14 @@ def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: 
                 continue
             mean, std = np.asarray(b.mean), np.asarray(b.std)
             sparse = len(b.steps) < 0.5 * (b.steps[-1] - b.steps[0] + 1)
-            line = ax.plot(b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, label=f"{cond} (n={len(runs)})")[0]
+            line = ax.plot(
+                b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, label=f"{cond} (n={len(runs)})"
+            )[0]
             ax.fill_between(b.steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys):]:
+    for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     if title:
@@ -104,9 +110,17 @@ def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: 
     return out
 
 
-def build_markdown(campaign: Campaign, keys: Sequence[str], baseline: str, target_key: str | None,
-                   target: float | None, target_frac: float | None, tokens_key: str, time_key: str,
-                   bootstrap: int = 0) -> str:
+def build_markdown(
+    campaign: Campaign,
+    keys: Sequence[str],
+    baseline: str,
+    target_key: str | None,
+    target: float | None,
+    target_frac: float | None,
+    tokens_key: str,
+    time_key: str,
+    bootstrap: int = 0,
+) -> str:
     parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
     if target_key is not None:
         goal = resolve_target(campaign, target_key, target, target_frac)
@@ -123,19 +137,25 @@ def _one_key(pattern: str, campaign: Campaign, required: bool) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="campaign.py report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="campaign.py report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("spec")
     p.add_argument("--out-root", default="outputs/campaign")
     p.add_argument("--only", nargs="+", help="conditions to report (default: all)")
     p.add_argument("--keys", nargs="+", help="metric keys / fnmatch patterns (default: the standard set, as logged)")
     p.add_argument("--baseline", help="condition the others are tested against (default: the spec's first)")
-    p.add_argument("--target-key", help=f"accuracy key for the cost-to-target table (default {DEFAULT_TARGET_KEY!r}, "
-                                        "skipped if not logged)")
+    p.add_argument(
+        "--target-key",
+        help=f"accuracy key for the cost-to-target table (default {DEFAULT_TARGET_KEY!r}, skipped if not logged)",
+    )
     goal = p.add_mutually_exclusive_group()
     goal.add_argument("--target", type=float, help="absolute target of --target-key")
-    goal.add_argument("--target-frac", type=float, help="target = this fraction of the best condition's mean final "
-                                                        "value (default 0.9)")
+    goal.add_argument(
+        "--target-frac",
+        type=float,
+        help="target = this fraction of the best condition's mean final value (default 0.9)",
+    )
     p.add_argument("--tokens-key", default=TOKENS_KEY, help="cumulative generated-token count")
     p.add_argument("--time-key", default=TIME_KEY, help="cumulative training wall time in seconds")
     p.add_argument("--bootstrap", type=int, default=0, help="add a bootstrap CI of the difference with this many draws")
@@ -158,12 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     target_key = _one_key(args.target_key or DEFAULT_TARGET_KEY, campaign, required=bool(args.target_key))
     target_frac = 0.9 if args.target is None and args.target_frac is None else args.target_frac
 
-    md = build_markdown(campaign, keys, baseline, target_key, args.target, target_frac, args.tokens_key, args.time_key,
-                        args.bootstrap)
+    md = build_markdown(
+        campaign, keys, baseline, target_key, args.target, target_frac, args.tokens_key, args.time_key, args.bootstrap
+    )
     out_dir = Path(args.out_root) / spec.name
     seeds = sorted({s for runs in campaign.values() for s in runs})
-    png = plot_bands(campaign, keys, args.png or out_dir / "report.png",
-                     title=f"{spec.name}: mean ± std over seeds {seeds}")
+    png = plot_bands(
+        campaign, keys, args.png or out_dir / "report.png", title=f"{spec.name}: mean ± std over seeds {seeds}"
+    )
     md_path = Path(args.markdown or out_dir / "report.md")
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(md)

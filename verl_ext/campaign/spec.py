@@ -51,7 +51,7 @@ class CampaignSpec:
     plot_keys: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "CampaignSpec":
+    def from_dict(cls, raw: dict[str, Any]) -> CampaignSpec:
         if not isinstance(raw, dict):
             raise ValueError(f"a campaign spec is a mapping, got {type(raw).__name__}")
         unknown = set(raw) - _KEYS
@@ -65,21 +65,34 @@ class CampaignSpec:
             raise ValueError("campaign conditions must be a non-empty mapping of name -> overrides")
         for cond, overrides in conditions.items():
             if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-                raise ValueError(f"condition {cond!r}: overrides must be a list of key=value strings, got {overrides!r}")
+                raise ValueError(
+                    f"condition {cond!r}: overrides must be a list of key=value strings, got {overrides!r}"
+                )
             if "/" in str(cond) or not str(cond):
                 raise ValueError(f"condition name {cond!r} must be a non-empty name without '/'")
         seeds = raw["seeds"]
-        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds) or len(set(seeds)) != len(seeds):
+        if (
+            not isinstance(seeds, list)
+            or not seeds
+            or not all(isinstance(s, int) for s in seeds)
+            or len(set(seeds)) != len(seeds)
+        ):
             raise ValueError(f"campaign seeds must be a non-empty list of distinct ints, got {seeds!r}")
         seed_overrides = list(raw.get("seed_overrides", ["data.seed={seed}"]))
         if not all("{seed}" in o for o in seed_overrides):
             raise ValueError(f"every seed override must contain {{seed}}, got {seed_overrides!r}")
-        return cls(name=str(raw["name"]), entry=str(raw["entry"]), conditions={str(k): list(v) for k, v in conditions.items()},
-                   seeds=list(seeds), base=list(raw.get("base") or []), seed_overrides=seed_overrides,
-                   plot_keys=list(raw.get("plot_keys") or []))
+        return cls(
+            name=str(raw["name"]),
+            entry=str(raw["entry"]),
+            conditions={str(k): list(v) for k, v in conditions.items()},
+            seeds=list(seeds),
+            base=list(raw.get("base") or []),
+            seed_overrides=seed_overrides,
+            plot_keys=list(raw.get("plot_keys") or []),
+        )
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "CampaignSpec":
+    def from_yaml(cls, path: str | Path) -> CampaignSpec:
         with open(path) as f:
             return cls.from_dict(yaml.safe_load(f))
 

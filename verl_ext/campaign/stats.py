@@ -102,8 +102,9 @@ def _beta_continued_fraction(x: float, a: float, b: float, max_iter: int = 500, 
     raise ArithmeticError(f"incomplete beta continued fraction did not converge for x={x}, a={a}, b={b}")
 
 
-def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95,
-                      seed: int = 0) -> tuple[float, float]:
+def bootstrap_diff_ci(
+    a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap CI of mean(a) - mean(b); (nan, nan) if either group is empty.
 
     Draws, in this order, an (n_boot, len(a)) then an (n_boot, len(b)) index matrix from numpy's default_rng(seed),

@@ -66,9 +66,17 @@ class CampaignResult:
     skipped: list[str]  # already SUCCEEDED before this start
 
 
-def submit_campaign(spec: CampaignSpec, plans: list[RunPlan], client, local_root: str | Path,
-                    max_concurrent: int = 1, python: str = "python", env_vars: dict | None = None,
-                    poll_s: float = 2.0, log: Callable[[str], None] = print) -> CampaignResult:
+def submit_campaign(
+    spec: CampaignSpec,
+    plans: list[RunPlan],
+    client,
+    local_root: str | Path,
+    max_concurrent: int = 1,
+    python: str = "python",
+    env_vars: dict | None = None,
+    poll_s: float = 2.0,
+    log: Callable[[str], None] = print,
+) -> CampaignResult:
     """Run `plans` (from spec.runs(<absolute cluster out root>)) as Ray jobs through `client`."""
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
@@ -79,8 +87,9 @@ def submit_campaign(spec: CampaignSpec, plans: list[RunPlan], client, local_root
     for run in plans:  # every request checked before the first submission
         if not run.run_dir.is_absolute():
             raise ValueError(f"the cluster out root must be absolute (shared storage), got run dir {run.run_dir}")
-        requests[run.label] = job.JobRequest(recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}),
-                                             python=python)
+        requests[run.label] = job.JobRequest(
+            recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}), python=python
+        )
     if requests:
         job.validate(next(iter(requests.values())))
 

@@ -87,7 +87,9 @@ class FinalRow:
 def final_table(campaign: Campaign, key: str, baseline: str, bootstrap: int = 0, level: float = 0.95) -> list[FinalRow]:
     if baseline not in campaign:
         raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
-    finals = {c: [v for recs in runs.values() if (v := final_value(recs, key)) is not None] for c, runs in campaign.items()}
+    finals = {
+        c: [v for recs in runs.values() if (v := final_value(recs, key)) is not None] for c, runs in campaign.items()
+    }
     base = finals[baseline]
     base_mean = summarize(base).mean
     rows = []
@@ -95,8 +97,11 @@ def final_table(campaign: Campaign, key: str, baseline: str, bootstrap: int = 0,
         s = summarize(vals)
         is_base = cond == baseline
         ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level) if bootstrap and not is_base else None
-        rows.append(FinalRow(cond, s, 0.0 if is_base else s.mean - base_mean,
-                             math.nan if is_base else welch_t_test(vals, base).p, ci))
+        rows.append(
+            FinalRow(
+                cond, s, 0.0 if is_base else s.mean - base_mean, math.nan if is_base else welch_t_test(vals, base).p, ci
+            )
+        )
     return rows
 
 
@@ -119,8 +124,10 @@ def first_reach(records: Records, key: str, target: float, cost_keys: Sequence[s
                 return Reach(0, {c: 0.0 for c in cost_keys})
             missing = [c for c in cost_keys if c not in last]
             if missing:
-                raise KeyError(f"cost keys {missing} not logged by step {r['step']}; is this the right --tokens-key / "
-                               "--time-key for this recipe?")
+                raise KeyError(
+                    f"cost keys {missing} not logged by step {r['step']}; is this the right --tokens-key / "
+                    "--time-key for this recipe?"
+                )
             return Reach(int(r["step"]), {c: last[c] for c in cost_keys})
     return None
 
@@ -133,8 +140,10 @@ def resolve_target(campaign: Campaign, key: str, target: float | None, target_fr
         return float(target)
     if not 0.0 < target_frac <= 1.0:
         raise ValueError(f"target_frac must be in (0, 1], got {target_frac}")
-    means = [summarize([v for recs in runs.values() if (v := final_value(recs, key)) is not None]).mean
-             for runs in campaign.values()]
+    means = [
+        summarize([v for recs in runs.values() if (v := final_value(recs, key)) is not None]).mean
+        for runs in campaign.values()
+    ]
     means = [m for m in means if math.isfinite(m)]
     if not means:
         raise KeyError(f"no run logged {key!r}: cannot set a target relative to the best final value")
@@ -154,12 +163,20 @@ def cost_table(campaign: Campaign, key: str, target: float, cost_keys: Sequence[
     rows = []
     for cond, runs in campaign.items():
         hits = [h for recs in runs.values() if (h := first_reach(recs, key, target, cost_keys)) is not None]
-        rows.append(CostRow(cond, len(hits), len(runs), summarize([h.step for h in hits]),
-                            {c: summarize([h.costs[c] for h in hits]) for c in cost_keys}))
+        rows.append(
+            CostRow(
+                cond,
+                len(hits),
+                len(runs),
+                summarize([h.step for h in hits]),
+                {c: summarize([h.costs[c] for h in hits]) for c in cost_keys},
+            )
+        )
     return rows
 
 
 # ---------------------------------------------------------------- markdown
+
 
 def _num(x: float) -> str:
     """Readable at a glance: 123456, 85.3, 0.412; "-" for undefined."""
@@ -181,9 +198,14 @@ def final_markdown(key: str, rows: Sequence[FinalRow], baseline: str, level: flo
         head.append(f"{level:.0%} CI of Δ (bootstrap)")
     lines = [f"Final `{key}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r.condition + (" (baseline)" if r.condition == baseline else ""), str(r.summary.n),
-                 _num(r.summary.mean), _num(r.summary.std), "-" if r.condition == baseline else f"{r.diff:+.3f}",
-                 "-" if not math.isfinite(r.p) else f"{r.p:.3g}"]
+        cells = [
+            r.condition + (" (baseline)" if r.condition == baseline else ""),
+            str(r.summary.n),
+            _num(r.summary.mean),
+            _num(r.summary.std),
+            "-" if r.condition == baseline else f"{r.diff:+.3f}",
+            "-" if not math.isfinite(r.p) else f"{r.p:.3g}",
+        ]
         if with_ci:
             cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
         lines.append("| " + " | ".join(cells) + " |")
@@ -192,10 +214,13 @@ def final_markdown(key: str, rows: Sequence[FinalRow], baseline: str, level: flo
 
 def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
     head = ["condition", "reached", "step", *cost_labels.values()]
-    lines = [f"Cost to reach `{key}` >= {target:.3f} (mean ± std over the runs that reached it)", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [
+        f"Cost to reach `{key}` >= {target:.3f} (mean ± std over the runs that reached it)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for r in rows:
-        cells = [r.condition, f"{r.reached}/{r.n}", _mean_std(r.step),
-                 *(_mean_std(r.costs[c]) for c in cost_labels)]
+        cells = [r.condition, f"{r.reached}/{r.n}", _mean_std(r.step), *(_mean_std(r.costs[c]) for c in cost_labels)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

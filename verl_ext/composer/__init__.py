@@ -1,4 +1,5 @@
-"""Composer recipe, pure parts: GRPO + SDPO hint self-distillation + N-teacher trace-replay DPO (docs/ALGORITHMS.md section 6).
+"""Composer recipe, pure parts: GRPO + SDPO hint self-distillation + N-teacher trace-replay DPO
+(docs/ALGORITHMS.md section 6).
 
     total_loss = grpo_loss + alpha_sdpo * sdpo_loss + beta_replay * replay_loss
 

@@ -1,4 +1,5 @@
-"""Composer's actor loss: verl's PPO loss + alpha_sdpo * full-logit SDPO + beta_replay * trace-replay DPO (docs/ALGORITHMS.md section 6).
+"""Composer's actor loss: verl's PPO loss + alpha_sdpo * full-logit SDPO + beta_replay * trace-replay DPO
+(docs/ALGORITHMS.md section 6).
 
     total = ppo_loss (the GRPO channel) + alpha_sdpo * sdpo_jsd + beta_replay * replay_dpo
 
@@ -27,7 +28,8 @@ when the micro-batch's non-tensor flag `distillation_use_topk` is True (verl/wor
 
   where L_r is `dpo.dpo_row_losses` (gradient of each pair's DPO loss, see there; subtracting half the detached
   value makes a pair's two rows sum to the pair's DPO loss and leaves the gradient unchanged). The trainer sets
-  the weights so that one update pass sums to the batch means: sdpo_weight = (number of rollout mini-batches) / (error-site tokens of the step), so
+  the weights so that one update pass sums to the batch means:
+  sdpo_weight = (number of rollout mini-batches) / (error-site tokens of the step), so
   each mini-batch's term is the batchmean JSD of its sites in expectation; dpo_weight = (slot weight) / pairs.
   `* dp_size` undoes the data-parallel gradient averaging, as verl's `agg_loss` does.
 
@@ -89,8 +91,16 @@ def unpack_topk(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class ComposerActorLoss:
     """The actor's loss callable (see the module docstring); picklable, sent to every actor rank."""
 
-    def __init__(self, actor_config: Any, *, alpha_sdpo: float, jsd_beta: float, token_clip: float | None,
-                 beta_replay: float, beta_dpo: float):
+    def __init__(
+        self,
+        actor_config: Any,
+        *,
+        alpha_sdpo: float,
+        jsd_beta: float,
+        token_clip: float | None,
+        beta_replay: float,
+        beta_dpo: float,
+    ):
         # No defaults here: every value comes from composer.yaml through the recipe's settings.
         if alpha_sdpo < 0 or beta_replay < 0:
             raise ValueError(f"alpha_sdpo and beta_replay must be >= 0, got {alpha_sdpo}, {beta_replay}")
@@ -123,16 +133,22 @@ class ComposerActorLoss:
             return {JSD_KEY: jsd.unsqueeze(0)}
         offsets = data["input_ids"].offsets()
         if int(offsets[-1]) > student_logits.shape[1]:
-            raise NotImplementedError("composer's full-logit SDPO needs every token's logits on each rank: "
-                                      "Ulysses sequence parallelism is not supported (set ulysses_sequence_parallel_size=1)")
+            raise NotImplementedError(
+                "composer's full-logit SDPO needs every token's logits on each rank: "
+                "Ulysses sequence parallelism is not supported (set ulysses_sequence_parallel_size=1)"
+            )
         attn, width = data["attention_mask"], data["prompts"].shape[1]
         rows, cols, pos = response_positions(offsets, attn[:, :width].sum(-1), attn[:, width:].sum(-1))
         site = data["sdpo_weight"][rows, cols] != 0
         rows, cols, pos = rows[site], cols[site], pos[site]
         if pos.numel():
             per_token = topk_generalized_jsd(
-                student_logits[0, pos], data["sdpo_topk_log_probs"][rows, cols], data["sdpo_topk_ids"][rows, cols],
-                beta=self.jsd_beta, token_clip=self.token_clip)
+                student_logits[0, pos],
+                data["sdpo_topk_log_probs"][rows, cols],
+                data["sdpo_topk_ids"][rows, cols],
+                beta=self.jsd_beta,
+                token_clip=self.token_clip,
+            )
             jsd = jsd.index_put((pos,), per_token.to(jsd.dtype))
         return {JSD_KEY: jsd.unsqueeze(0)}
 
@@ -151,11 +167,15 @@ class ComposerActorLoss:
             log_probs = no_padding_2_padding(model_output["log_probs"], data)
             mask = data["response_mask"]
             mask = (mask.to_padded_tensor(0) if mask.is_nested else mask).to(log_probs.dtype)
-            row = dpo_row_losses((log_probs * mask).sum(-1), data["dpo_ref_logp"], data["dpo_partner_logratio"],
-                                 data["dpo_sign"], beta=self.beta_dpo)
+            row = dpo_row_losses(
+                (log_probs * mask).sum(-1),
+                data["dpo_ref_logp"],
+                data["dpo_partner_logratio"],
+                data["dpo_sign"],
+                beta=self.beta_dpo,
+            )
             weight = data["dpo_weight"].to(row.dtype)
             loss = loss + self.beta_replay * (weight * (row - 0.5 * row.detach())).sum() * dp_size
             metrics["composer/dpo_loss_sum"] = Metric(AggregationType.SUM, (weight * row.detach()).sum() / 2)
             metrics["composer/dpo_pairs"] = Metric(AggregationType.SUM, weight.sum() / 2)
         return loss, metrics
-

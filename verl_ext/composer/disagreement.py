@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 RULES = ("majority", "any_differs")
 
@@ -133,7 +134,7 @@ class PairWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "PairWriter":
+    def __enter__(self) -> PairWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,7 +9,8 @@ reference model:
     reward_c = beta * (lp_c - ref_c),   reward_r = beta * (lp_r - ref_r)
     loss     = mean over pairs of -log sigmoid(reward_c - reward_r)
 
-Assumes each pair's chosen and rejected continuations share the same context. beta (``composer.replay.beta_dpo``) has its default in composer.yaml only.
+Assumes each pair's chosen and rejected continuations share the same context. beta (``composer.replay.beta_dpo``)
+has its default in composer.yaml only.
 An empty batch (no pairs this step) gives a zero loss that still carries the inputs' graph, so the trainer can add
 it unconditionally.
 """

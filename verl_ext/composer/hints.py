@@ -1,4 +1,5 @@
-"""Error sites, hint text and the hint-augmented teacher context for Composer's SDPO channel (channel 2; docs/ALGORITHMS.md section 6).
+"""Error sites, hint text and the hint-augmented teacher context for Composer's SDPO channel (channel 2;
+docs/ALGORITHMS.md section 6).
 
 SDPO / OPSD (arXiv 2601.20802, 2601.18734): the teacher is the *same* model given privileged context (a hint) and
 scoring, without gradient, the tokens the student already produced. Only the post-hint tokens of the targeted turn
@@ -24,9 +25,10 @@ equal. The response keeps its own mask (tool-output tokens of a multi-turn respo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from string import Formatter
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,7 +145,7 @@ def build_teacher_context(
         if context_ids[len(context_ids) - len(gen_ids) :] != gen_ids:
             raise ValueError(
                 "mode='turn' needs a context that ends with the chat template's generation prompt "
-                f"{gen_ids}; got ...{context_ids[-len(gen_ids):]}. Use mode='append' for raw-text prompts."
+                f"{gen_ids}; got ...{context_ids[-len(gen_ids) :]}. Use mode='append' for raw-text prompts."
             )
         cut = len(context_ids) - len(gen_ids)
     elif mode == "append":
@@ -293,8 +295,9 @@ def plan_teacher_rows(
                 continue
             start, cols = span
             resp = list(response_ids[i])
-            ctx = build_teacher_context(list(prompt_ids[i]) + resp[:start], resp[start:],
-                                        render_hint(site, templates), tokenizer, mode=mode)
+            ctx = build_teacher_context(
+                list(prompt_ids[i]) + resp[:start], resp[start:], render_hint(site, templates), tokenizer, mode=mode
+            )
             rows.append(TeacherRow(i, start, cols, ctx.input_ids[: ctx.response_start], resp[start:]))
     return rows
 
@@ -303,6 +306,6 @@ def place_teacher_values(rows: Sequence[TeacherRow], values: torch.Tensor, into:
     """Write teacher row r's outputs (values[r, j] is for its continuation token j) into `into` (B, R, ...) at
     column start + j of its batch row, on the targeted turn's columns only; returns `into`."""
     for r, t in enumerate(rows):
-        keep = t.columns[t.start:]
-        into[t.row, t.start:][keep] = values[r, : into.shape[1] - t.start][keep].to(into.dtype)
+        keep = t.columns[t.start :]
+        into[t.row, t.start :][keep] = values[r, : into.shape[1] - t.start][keep].to(into.dtype)
     return into

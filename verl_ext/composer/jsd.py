@@ -1,7 +1,8 @@
 """Generalized Jensen-Shannon divergence between student and teacher logits, chunked over tokens.
 
 Paper: GKD, Agarwal et al., "On-Policy Distillation of Language Models", arXiv 2306.13649; used for hint
-self-distillation by OPSD (Zhao et al., arXiv 2601.18734, `generalized_jsd_loss`) and the Composer recipe (docs/ALGORITHMS.md section 6).
+self-distillation by OPSD (Zhao et al., arXiv 2601.18734, `generalized_jsd_loss`) and the Composer recipe
+(docs/ALGORITHMS.md section 6).
 
 Per token, over the vocabulary, with S = log_softmax(student_logits / T) and Tt = log_softmax(teacher_logits / T):
 

@@ -1,4 +1,5 @@
-"""The trace-replay rows of one actor update (Composer channel 3, docs/ALGORITHMS.md section 6): which rows, in which order, with what
+"""The trace-replay rows of one actor update (Composer channel 3, docs/ALGORITHMS.md section 6): which rows, in
+which order, with what
 DPO columns.
 
 The DPO term itself is in the actor's loss (`actor_loss.ComposerActorLoss`, per row via `dpo.dpo_row_losses`);

@@ -1,4 +1,5 @@
-"""Extra rows for verl's actor/ref workers in verl's padded layout (Composer channels 2 and 3; docs/ALGORITHMS.md section 6).
+"""Extra rows for verl's actor/ref workers in verl's padded layout (Composer channels 2 and 3;
+docs/ALGORITHMS.md section 6).
 
 verl's legacy trainer scores a row as `input_ids = prompts ++ responses` where `prompts` is left-padded to P
 columns and `responses` is right-padded to R columns; `attention_mask` marks real tokens, `position_ids` count them
@@ -13,7 +14,7 @@ log-probs. Assumes at least one prefix token per row (a causal LM needs a token 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -52,8 +53,8 @@ def pack_rows(
     resp = torch.full((n, width), pad_token_id, dtype=torch.long)
     resp_mask = torch.zeros((n, width), dtype=torch.long)
     for i, (p, r) in enumerate(zip(prefixes, responses)):
-        prompts[i, p_width - len(p):] = torch.as_tensor(list(p), dtype=torch.long)  # left padding
-        prompt_mask[i, p_width - len(p):] = 1
+        prompts[i, p_width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)  # left padding
+        prompt_mask[i, p_width - len(p) :] = 1
         if len(r):
             resp[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)  # right padding
             resp_mask[i, : len(r)] = 1

@@ -45,7 +45,8 @@ def topk_generalized_jsd(
     beta: float = 0.5,
     token_clip: float | None = None,
 ) -> torch.Tensor:
-    """Per-token generalized JSD (ALGORITHMS.md section 6) on the teacher's top-k support: (N, V), (N, k), (N, k) -> (N,).
+    """Per-token generalized JSD (docs/ALGORITHMS.md section 6) on the teacher's top-k support:
+    (N, V), (N, k), (N, k) -> (N,).
 
     Both distributions are restricted to the k token ids the teacher ranks highest and renormalised there: the
     student's logits are gathered at those ids, the teacher's stored log-probs are renormalised by the same

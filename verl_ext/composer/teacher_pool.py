@@ -120,7 +120,7 @@ class TeacherPoolConfig:
             raise ValueError(f"max_workers must be a positive int, got {self.max_workers!r}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TeacherPoolConfig":
+    def from_dict(cls, data: dict[str, Any]) -> TeacherPoolConfig:
         """Build from a plain dict (e.g. OmegaConf.to_container of the run config); unknown keys are an error."""
         allowed = {f.name for f in fields(cls)}
         unknown = set(data) - allowed
@@ -185,7 +185,7 @@ class TeacherPool:
         names = [t.name for t in self.config.teachers]
         return f"TeacherPool(teachers={names}, cache={self.config.cache_path!r}, stats={self.stats()})"
 
-    def __enter__(self) -> "TeacherPool":
+    def __enter__(self) -> TeacherPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -203,9 +203,7 @@ class TeacherPool:
 
     def query_many(self, requests: list[TeacherRequest]) -> list[dict[str, TeacherAnswer | None]]:
         """Ask every teacher about every request in parallel; blocks until all are answered or have failed."""
-        futures = [
-            {t.name: self._workers.submit(self._ask, t, r) for t in self.config.teachers} for r in requests
-        ]
+        futures = [{t.name: self._workers.submit(self._ask, t, r) for t in self.config.teachers} for r in requests]
         return [{name: fut.result() for name, fut in per_request.items()} for per_request in futures]
 
     def submit_many(self, requests: list[TeacherRequest]) -> Future:
@@ -268,7 +266,11 @@ class TeacherPool:
                 continue
             logger.warning(
                 "teacher %s: no answer for trace %s step %s (%s after %d attempts)",
-                teacher.name, request.trace_id, request.step, kind, attempt + 1,
+                teacher.name,
+                request.trace_id,
+                request.step,
+                kind,
+                attempt + 1,
             )
             self._count_failure(kind)
             return None
@@ -319,7 +321,10 @@ class TeacherPool:
                     c.budget_exhausted = True
                     logger.warning(
                         "teacher pool spend cap reached (calls %d/%s, tokens %d/%s): no more teacher calls",
-                        c.calls, cfg.max_calls, c.tokens, cfg.max_total_tokens,
+                        c.calls,
+                        cfg.max_calls,
+                        c.tokens,
+                        cfg.max_total_tokens,
                     )
                 return False
             c.calls += 1

@@ -25,7 +25,10 @@ def compose_config(
         overrides = [f"+backend={backend}"] + overrides
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module=config_module, version_base=None):
-        cfg = compose(config_name=config_name, overrides=["hydra.searchpath=[pkg://verl.trainer.config,pkg://verl_ext.config]"] + overrides)
+        cfg = compose(
+            config_name=config_name,
+            overrides=["hydra.searchpath=[pkg://verl.trainer.config,pkg://verl_ext.config]"] + overrides,
+        )
     GlobalHydra.instance().clear()
     if "hydra" in cfg:
         OmegaConf.set_struct(cfg, False)

@@ -25,7 +25,9 @@ def activate() -> None:
     if _ACTIVE:
         return
     _ACTIVE = True  # set first: applying the shims imports verl modules that instantiate the platform
-    from verl_ext.cpu import platform  # noqa: F401  (registers PlatformCPU)
-    from verl_ext.cpu import shims
+    from verl_ext.cpu import (
+        platform,  # noqa: F401  (registers PlatformCPU)
+        shims,
+    )
 
     shims.apply_all()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+
 def backend_env() -> dict[str, str]:
     """The environment variables of the backend=cpu config group (kept in one place: the YAML)."""
     cfg = OmegaConf.load(Path(__file__).parents[1] / "config" / "backend" / "cpu.yaml")

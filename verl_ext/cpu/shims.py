@@ -48,7 +48,7 @@ class VllmCpuAliasFinder(md.DistributionFinder):
     def find_spec(*args, **kwargs):  # not a module finder
         return None
 
-    def find_distributions(self, context=md.DistributionFinder.Context()):
+    def find_distributions(self, context=md.DistributionFinder.Context()):  # noqa: B008  (importlib's own signature)
         if context.name not in ("vllm",):
             return iter(())
         try:
@@ -147,7 +147,10 @@ def apply_engine_registration() -> None:
     from verl.workers.engine.base import EngineRegistry
 
     impl = _engine_module()
-    for model_type, cls in (("language_model", impl.FSDPEngineWithLMHead), ("value_model", impl.FSDPEngineWithValueHead)):
+    for model_type, cls in (
+        ("language_model", impl.FSDPEngineWithLMHead),
+        ("value_model", impl.FSDPEngineWithValueHead),
+    ):
         registry = EngineRegistry._engines.get(model_type, {})
         for backend in ("fsdp", "fsdp2"):
             if "cpu" not in registry.get(backend, {}):

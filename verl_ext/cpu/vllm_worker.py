@@ -40,7 +40,9 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
             # clone: the shared-memory bucket buffer is reused for the next bucket
             received.extend((name, t.detach().to("cpu", copy=True)) for name, t in weights)
 
-        receiver = TimedBucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device=torch.device("cpu"), use_shm=True)
+        receiver = TimedBucketedWeightReceiver(
+            zmq_handle=self._get_zmq_handle(), device=torch.device("cpu"), use_shm=True
+        )
         try:
             receiver.receive_weights(on_bucket_received=on_bucket)
         except zmq.Again as e:

@@ -101,4 +101,3 @@ def pad_to_multiple(batch: DataProto, k: int) -> tuple[DataProto, int]:
     pad = marked.select_idxs(np.arange(n_pad) % len(batch))
     pad.non_tensor_batch[PAD_KEY] = np.ones(n_pad, dtype=bool)
     return DataProto.concat([marked, pad]), n_pad
-

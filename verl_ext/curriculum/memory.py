@@ -116,8 +116,10 @@ def prompt_keys(values: np.ndarray) -> np.ndarray:
         try:
             text = json.dumps(value, sort_keys=True, default=_jsonable, separators=(",", ":"))
         except (TypeError, ValueError) as e:
-            raise ValueError(f"pass-rate memory: cannot key a prompt by this value ({e}); set memory.key to a "
-                             "column of plain values (text, numbers, lists, dicts), e.g. index") from None
+            raise ValueError(
+                f"pass-rate memory: cannot key a prompt by this value ({e}); set memory.key to a "
+                "column of plain values (text, numbers, lists, dicts), e.g. index"
+            ) from None
         out[i] = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
     return out
 

@@ -31,16 +31,20 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m verl_ext.launch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m verl_ext.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("submit", help="submit a recipe run")
     s.add_argument("--recipe", required=True, help=f"one of {job.available_recipes()}")
     s.add_argument("--run-dir", required=True, help="absolute path on the cluster's shared storage")
     s.add_argument("--local-dir", help="where the outputs are collected (default runs/<job id>)")
     s.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
-    s.add_argument("--working-dir", default=str(job.PROJECT_ROOT),
-                   help="uploaded as the job's working dir; 'none' if the project is installed on every node")
+    s.add_argument(
+        "--working-dir",
+        default=str(job.PROJECT_ROOT),
+        help="uploaded as the job's working dir; 'none' if the project is installed on every node",
+    )
     s.add_argument("--python", default="python", help="the interpreter on the head node (default: python)")
     s.add_argument("--submission-id")
     s.add_argument("--lost-node-grace-s", type=float, default=30.0)
@@ -56,10 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     if args.cmd == "submit":
-        req = job.JobRequest(recipe=args.recipe, overrides=args.overrides, run_dir=args.run_dir,
-                             env_vars=_env_pairs(args.env),
-                             working_dir=None if args.working_dir == "none" else Path(args.working_dir),
-                             python=args.python, lost_node_grace_s=args.lost_node_grace_s)
+        req = job.JobRequest(
+            recipe=args.recipe,
+            overrides=args.overrides,
+            run_dir=args.run_dir,
+            env_vars=_env_pairs(args.env),
+            working_dir=None if args.working_dir == "none" else Path(args.working_dir),
+            python=args.python,
+            lost_node_grace_s=args.lost_node_grace_s,
+        )
         try:
             job.validate(req)  # before connecting: a bad request fails without a cluster
         except job.JobError as e:

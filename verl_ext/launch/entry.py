@@ -111,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--module", required=True, help="python -m <module>, e.g. recipe.fast_dapo.main")
     p.add_argument("--jsonl", type=Path, default=None, help="the run's metrics.jsonl (default <run-dir>/metrics.jsonl)")
     p.add_argument("--lost-node-grace-s", type=float, default=30.0)
-    p.add_argument("--lost-node-settle-s", type=float, default=20.0,
-                   help="after a failed run, how long to watch for a node being declared dead")
+    p.add_argument(
+        "--lost-node-settle-s",
+        type=float,
+        default=20.0,
+        help="after a failed run, how long to watch for a node being declared dead",
+    )
     p.add_argument("overrides", nargs="*")
     args = p.parse_args(argv)
 
@@ -127,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     def on_lost(nodes) -> None:
         msg = describe_lost(nodes)
         lost.append(msg)
-        print(f"[verl_ext.launch] LOST NODE: {msg}; the run has {args.lost_node_grace_s:.0f} s to fail by itself",
-              flush=True)
+        print(
+            f"[verl_ext.launch] LOST NODE: {msg}; the run has {args.lost_node_grace_s:.0f} s to fail by itself",
+            flush=True,
+        )
         deadline = time.monotonic() + args.lost_node_grace_s
         while child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -102,8 +102,21 @@ def cluster_overrides(req: JobRequest) -> list[str]:
 
 
 def entrypoint(req: JobRequest) -> str:
-    return shlex.join([req.python, "-m", "verl_ext.launch.entry", "--run-dir", req.run_dir, "--module", req.module,
-                       "--lost-node-grace-s", str(req.lost_node_grace_s), "--", *cluster_overrides(req)])
+    return shlex.join(
+        [
+            req.python,
+            "-m",
+            "verl_ext.launch.entry",
+            "--run-dir",
+            req.run_dir,
+            "--module",
+            req.module,
+            "--lost-node-grace-s",
+            str(req.lost_node_grace_s),
+            "--",
+            *cluster_overrides(req),
+        ]
+    )
 
 
 def runtime_env(req: JobRequest, cfg=None) -> dict:
@@ -130,8 +143,12 @@ def submit(address_or_client, req: JobRequest, submission_id: str | None = None,
     """Validate, then submit; returns the submission id. Nothing is sent if validation fails."""
     cfg = validate(req)
     c = client(address_or_client) if isinstance(address_or_client, str) else address_or_client
-    return c.submit_job(entrypoint=entrypoint(req), runtime_env=runtime_env(req, cfg), submission_id=submission_id,
-                        metadata={k: str(v) for k, v in (metadata or {}).items()})
+    return c.submit_job(
+        entrypoint=entrypoint(req),
+        runtime_env=runtime_env(req, cfg),
+        submission_id=submission_id,
+        metadata={k: str(v) for k, v in (metadata or {}).items()},
+    )
 
 
 def follow(c, job_id: str, out=sys.stdout) -> str:
@@ -166,10 +183,20 @@ def collect(c, job_id: str, local_dir: str | Path) -> list[str]:
     log = c.get_job_logs(job_id)
     names = artifacts.unpack(log, local_dir)
     info = c.get_job_info(job_id)
-    (local_dir / "job.json").write_text(json.dumps({
-        "submission_id": job_id, "status": str(info.status.value), "message": artifacts.strip(info.message),
-        "entrypoint": info.entrypoint, "metadata": info.metadata, "start_time": info.start_time,
-        "end_time": info.end_time,
-    }, indent=2) + "\n")
+    (local_dir / "job.json").write_text(
+        json.dumps(
+            {
+                "submission_id": job_id,
+                "status": str(info.status.value),
+                "message": artifacts.strip(info.message),
+                "entrypoint": info.entrypoint,
+                "metadata": info.metadata,
+                "start_time": info.start_time,
+                "end_time": info.end_time,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (local_dir / "job.log").write_text(artifacts.strip(log) + "\n")
     return names

@@ -49,9 +49,16 @@ class NodeProcess:
 
 
 class LocalCluster:
-    def __init__(self, num_nodes: int = 2, cpus_per_node: int = 4, gpus_per_node: int = 1,
-                 temp_dir: str | Path = "/tmp/vxc", env: dict[str, str] | None = None,
-                 resources: dict[str, float] | None = None, start_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        num_nodes: int = 2,
+        cpus_per_node: int = 4,
+        gpus_per_node: int = 1,
+        temp_dir: str | Path = "/tmp/vxc",
+        env: dict[str, str] | None = None,
+        resources: dict[str, float] | None = None,
+        start_timeout_s: float = 120.0,
+    ):
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
         if len(str(temp_dir)) > 40:
@@ -83,15 +90,30 @@ class LocalCluster:
         return str(ray_bin) if ray_bin.exists() else "ray"
 
     def _start_node(self, index: int) -> NodeProcess:
-        cmd = [self._ray(), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-               f"--num-cpus={self.cpus}", f"--num-gpus={self.gpus}", f"--temp-dir={self.temp_dir / f'n{index}'}",
-               f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}",
-               f"--runtime-env-agent-port={free_port()}"]
+        cmd = [
+            self._ray(),
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={self.cpus}",
+            f"--num-gpus={self.gpus}",
+            f"--temp-dir={self.temp_dir / f'n{index}'}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+        ]
         if self.resources:
             cmd.append(f"--resources={json.dumps(self.resources)}")
         if index == 0:
-            cmd += ["--head", f"--port={self.gcs_port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                    f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={free_port()}"]
+            cmd += [
+                "--head",
+                f"--port={self.gcs_port}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={free_port()}",
+            ]
         else:
             cmd += [f"--address={self.gcs_address}"]
         log_path = self.temp_dir / f"node{index}.log"
@@ -186,4 +208,3 @@ class _suppress_lookup:
 
     def __exit__(self, exc_type, exc, tb):
         return exc_type is ProcessLookupError
-

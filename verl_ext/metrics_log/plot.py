@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from verl_ext.metrics_log.jsonl import read_jsonl
 
@@ -62,8 +62,13 @@ def require_matplotlib() -> None:
         raise ImportError("plotting metrics needs matplotlib: pip install 'verl-ext[plot]'") from e
 
 
-def plot_runs(paths: Sequence[str | Path], keys: Sequence[str], out: str | Path,
-              labels: Sequence[str] | None = None, ema_weight: float | None = None) -> dict[str, dict[str, Series]]:
+def plot_runs(
+    paths: Sequence[str | Path],
+    keys: Sequence[str],
+    out: str | Path,
+    labels: Sequence[str] | None = None,
+    ema_weight: float | None = None,
+) -> dict[str, dict[str, Series]]:
     """Draw `keys` of each run's log into one PNG at `out`; returns {label: {key: (steps, values)}} as plotted.
 
     A key that no run has is an error (a typo would otherwise give an empty panel)."""
@@ -81,8 +86,10 @@ def plot_runs(paths: Sequence[str | Path], keys: Sequence[str], out: str | Path,
     data = {label: {k: metric_series(read_jsonl(p), k) for k in keys} for label, p in zip(labels, paths)}
     absent = [k for k in keys if not any(data[label][k][0] for label in labels)]
     if absent:
-        raise KeyError(f"no run logged {absent}; logged keys include e.g. "
-                       f"{sorted(set().union(*(r.keys() for r in read_jsonl(paths[0]))))[:12]}")
+        raise KeyError(
+            f"no run logged {absent}; logged keys include e.g. "
+            f"{sorted(set().union(*(r.keys() for r in read_jsonl(paths[0]))))[:12]}"
+        )
     cols = min(len(keys), 3)
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
@@ -92,14 +99,15 @@ def plot_runs(paths: Sequence[str | Path], keys: Sequence[str], out: str | Path,
             if not steps:
                 continue
             sparse = len(steps) < 0.5 * (steps[-1] - steps[0] + 1)
-            line = ax.plot(steps, values, marker="o" if sparse else None, ms=3, lw=1,
-                           alpha=0.4 if ema_weight else 1.0, label=label)[0]
+            line = ax.plot(
+                steps, values, marker="o" if sparse else None, ms=3, lw=1, alpha=0.4 if ema_weight else 1.0, label=label
+            )[0]
             if ema_weight:
                 ax.plot(steps, ema(values, ema_weight), color=line.get_color(), lw=1.8)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys):]:
+    for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     if len(labels) > 1:
         axes.flat[0].legend(fontsize=8)

@@ -50,10 +50,17 @@ class ToyTeacherServer:
                 if text is None:
                     return self._send(404, {"error": {"message": f"unknown model {body.get('model')!r}"}})
                 time.sleep(latency)
-                self._send(200, {"object": "chat.completion", "model": body["model"],
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": text}}],
-                                 "usage": {"prompt_tokens": 16, "completion_tokens": 8, "total_tokens": 24}})
+                self._send(
+                    200,
+                    {
+                        "object": "chat.completion",
+                        "model": body["model"],
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                        ],
+                        "usage": {"prompt_tokens": 16, "completion_tokens": 8, "total_tokens": 24},
+                    },
+                )
 
             def _send(self, status: int, payload: dict):
                 data = json.dumps(payload).encode()

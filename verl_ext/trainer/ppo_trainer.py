@@ -85,8 +85,12 @@ def gdpo_metrics(batch: DataProto, algo) -> dict:
     for key in keys:
         if key in batch.non_tensor_batch:
             vals = np.asarray(batch.non_tensor_batch[key], dtype=np.float32)
-            out.update({f"gdpo/{key}/{name}": float(fn(vals)) for name, fn in
-                        (("mean", np.mean), ("std", np.std), ("max", np.max), ("min", np.min))})
+            out.update(
+                {
+                    f"gdpo/{key}/{name}": float(fn(vals))
+                    for name, fn in (("mean", np.mean), ("std", np.std), ("max", np.max), ("min", np.min))
+                }
+            )
     return out
 
 
@@ -214,8 +218,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         rollout_corr = self.config.algorithm.get("rollout_correction", None)
         if rollout_corr and rollout_corr.get("bypass_mode", False):
             # Bypass mode (2 policies): the rollout's log-probs are the old ones; no actor forward pass.
-            apply_bypass_mode(batch=batch, rollout_corr_config=rollout_corr,
-                              policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss)
+            apply_bypass_mode(
+                batch=batch,
+                rollout_corr_config=rollout_corr,
+                policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss,
+            )
             return batch
         old, mfu = self._compute_old_log_prob(batch)
         entropys = old.batch["entropys"]
@@ -230,8 +237,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if not (self.adv_config and self.adv_config.needs_entropys):
             old.batch.pop("entropys")  # as verl does: 4 bytes per token the update does not need
         if "routed_experts" in batch.batch.keys() and "routed_experts" in old.batch.keys():
-            raise ValueError("router_replay.mode='R2' and enable_rollout_routing_replay=True cannot be enabled "
-                             "together (the latter is for R3 mode only)")
+            raise ValueError(
+                "router_replay.mode='R2' and enable_rollout_routing_replay=True cannot be enabled "
+                "together (the latter is for R3 mode only)"
+            )
         batch = batch.union(old)
         if "rollout_log_probs" in batch.batch.keys():
             from verl.utils.debug.metrics import calculate_debug_metrics
@@ -463,8 +472,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                     with marked_timer("testing", timing_raw, color="green"):
                         metrics.update(self._validate())
                 with marked_timer("stop_profile", timing_raw):
-                    self._stop_profiling(self.profile.stop(self.global_steps, is_last),
-                                         run_command=self.profile.run_finish_command(self.global_steps, is_last))
+                    self._stop_profiling(
+                        self.profile.stop(self.global_steps, is_last),
+                        run_command=self.profile.run_finish_command(self.global_steps, is_last),
+                    )
                 self._profiling_step = False
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 self.train_time_s = time_base + time.monotonic() - fit_start
@@ -488,8 +499,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         save_freq = self.config.trainer.save_freq
         if save_freq <= 0:
             return
-        esi = should_save_ckpt_esi(max_steps_duration=self.max_steps_duration,
-                                   redundant_time=self.config.trainer.get("esi_redundant_time", 0))
+        esi = should_save_ckpt_esi(
+            max_steps_duration=self.max_steps_duration, redundant_time=self.config.trainer.get("esi_redundant_time", 0)
+        )
         if is_last or self.global_steps % save_freq == 0 or esi:
             if esi:
                 print("[verl_ext] force saving a checkpoint: the instance's capacity block expires soon")
@@ -532,8 +544,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         m.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
         m.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm", None)))
         nt = batch.non_tensor_batch
-        m.update(compute_spec_decode_metrics(nt.get("spec_num_draft_tokens"), nt.get("spec_num_accepted_tokens"),
-                                             nt.get("spec_num_verify_steps")))
+        m.update(
+            compute_spec_decode_metrics(
+                nt.get("spec_num_draft_tokens"), nt.get("spec_num_accepted_tokens"), nt.get("spec_num_verify_steps")
+            )
+        )
         m.update(gdpo_metrics(batch, self.config.algorithm))
         m.update(self.step_metrics())
         return m

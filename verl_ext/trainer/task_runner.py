@@ -29,10 +29,12 @@ class ExtTaskRunner(BaseTaskRunner):
         model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
         tokenizer, processor = model_config.tokenizer, model_config.processor
         data = config.data
-        train_dataset = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True,
-                                          max_samples=data.get("train_max_samples", -1))
-        val_dataset = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False,
-                                        max_samples=data.get("val_max_samples", -1))
+        train_dataset = create_rl_dataset(
+            data.train_files, data, tokenizer, processor, is_train=True, max_samples=data.get("train_max_samples", -1)
+        )
+        val_dataset = create_rl_dataset(
+            data.val_files, data, tokenizer, processor, is_train=False, max_samples=data.get("val_max_samples", -1)
+        )
         trainer_cls = load_class_from_fqn(config.trainer.get("trainer_cls") or DEFAULT_TRAINER, "trainer")
         trainer = trainer_cls(
             config=config,

@@ -46,14 +46,22 @@ def test_demo_preset_is_valid_and_n_continue_moves_out_of_verls_rollout_config()
         (["trainer.use_v1=true"], "use_v1=false"),
         (["curriculum.enable=maybe"], "curriculum.enable"),
         (["algorithm.adv_estimator=gtpo", "+algorithm.uncertainty_kind=telepathy"], "telepathy"),
-        (["trainer.plot_keys=[critic/score/mean]", "trainer.jsonl_metrics_path=null"], "needs trainer.jsonl_metrics_path"),
+        (
+            ["trainer.plot_keys=[critic/score/mean]", "trainer.jsonl_metrics_path=null"],
+            "needs trainer.jsonl_metrics_path",
+        ),
         (["trainer.plot_keys=critic/score/mean"], "must be a list of metric names"),
         (["curriculum.enable=false", "curriculum.memory.enable=true"], "memory.enable=true needs curriculum.enable"),
         (["curriculum.memory.decay=2"], "memory.decay must be a number"),
         (["+curriculum.memory.typo=1"], "unknown curriculum.memory keys"),
         (["+external_agent.command=python agent.py"], "default_agent_loop is 'single_turn_agent'"),
-        (["actor_rollout_ref.rollout.agent.default_agent_loop=external_agent", "+external_agent.command=python a.py"],
-         "needs a trainer that handles agent episodes"),
+        (
+            [
+                "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent",
+                "+external_agent.command=python a.py",
+            ],
+            "needs a trainer that handles agent episodes",
+        ),
     ],
 )
 def test_bad_settings_fail_before_ray(overrides, message):
@@ -68,8 +76,11 @@ def test_plain_and_dapo_modes_validate():
 
 
 def test_agent_trainer_passes_the_agent_check():
-    cfg = _cfg("actor_rollout_ref.rollout.agent.default_agent_loop=external_agent", "+external_agent.command=python a.py",
-               "trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer")
+    cfg = _cfg(
+        "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent",
+        "+external_agent.command=python a.py",
+        "trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer",
+    )
     assert prepare_config(cfg).mode == "fast"
 
 
@@ -77,8 +88,14 @@ def test_pass_rate_memory_setting_reaches_the_controller():
     s = prepare_config(_cfg("curriculum.memory.enable=true", "curriculum.memory.skip_all_wrong=0.5"))
     assert s.memory.enable and s.memory.skip_all_wrong == 0.5
     assert not prepare_config(_cfg()).memory.enable  # off by default
-    ctrl = DataController(train_batch_size=s.train_batch_size, n=s.n, n_continue=s.n_continue, mode=s.mode,
-                          filter_metric=s.filter_metric, memory=s.memory)
+    ctrl = DataController(
+        train_batch_size=s.train_batch_size,
+        n=s.n,
+        n_continue=s.n_continue,
+        mode=s.mode,
+        filter_metric=s.filter_metric,
+        memory=s.memory,
+    )
     assert ctrl.state_dict()["memory"] is not None
 
 
@@ -100,7 +117,9 @@ def test_generation_budget_error_reports_keep_rate_and_what_to_change():
     for _ in range(3):
         trainer._check_generation_budget()
         _screened_all_wrong(trainer.controller, 4)
-    with pytest.raises(GenerationBudgetExceeded, match=r"keep rate 0\.000 \(0 of 12 prompts; all-correct 0, all-wrong 12\)"):
+    with pytest.raises(
+        GenerationBudgetExceeded, match=r"keep rate 0\.000 \(0 of 12 prompts; all-correct 0, all-wrong 12\)"
+    ):
         trainer._check_generation_budget()
     trainer.max_num_gen_batches = 0  # 0 = no limit
     trainer._check_generation_budget()

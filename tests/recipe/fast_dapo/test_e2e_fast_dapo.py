@@ -60,8 +60,9 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     # 1) Killed after step 3 was logged; the last checkpoint is step 2.
     crashing = "tests.recipe.fast_dapo.crashing_trainer.CrashingFastDAPOTrainer"
     with pytest.raises(Exception, match="simulated crash"):
-        run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2, crashing)),
-                        env={"VERL_EXT_TEST_CRASH_AFTER_STEP": "3"})
+        run_task_runner(
+            ExtTaskRunner, _config(_overrides(out, 4, 2, crashing)), env={"VERL_EXT_TEST_CRASH_AFTER_STEP": "3"}
+        )
     first = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in first] == [1, 2, 3]
     state = torch.load(out / "global_step_2" / "verl_ext_state.pt", weights_only=False)

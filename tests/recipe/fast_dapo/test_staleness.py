@@ -86,8 +86,11 @@ def generate(ctrl: DataController, acc_by_uid: dict, version: int) -> None:
         seen[uid] = i + 1
         acc.append(v[i % len(v)] if isinstance(v, list) else v)
     m = len(gen_in)
-    out = gen_in.union(DataProto.from_dict(tensors={"responses": torch.arange(m)[:, None]},
-                                           non_tensors={"acc": np.array(acc, dtype=float)}))
+    out = gen_in.union(
+        DataProto.from_dict(
+            tensors={"responses": torch.arange(m)[:, None]}, non_tensors={"acc": np.array(acc, dtype=float)}
+        )
+    )
     out.non_tensor_batch[VERSION_KEY] = np.full(m, version, dtype=np.int64)
     ctrl.update(out)
 
@@ -123,8 +126,12 @@ def test_rescreen_leaves_untagged_rows_alone():
     ctrl = DataController(train_batch_size=1, n=2, n_continue=1, mode="fast")
     ctrl.add_fresh_prompts(fresh(["a"]))
     gen_in = ctrl.get_generation_inputs()
-    out = gen_in.union(DataProto.from_dict(tensors={"responses": torch.zeros(len(gen_in), 1, dtype=torch.long)},
-                                           non_tensors={"acc": np.array([0.0, 1.0])}))
+    out = gen_in.union(
+        DataProto.from_dict(
+            tensors={"responses": torch.zeros(len(gen_in), 1, dtype=torch.long)},
+            non_tensors={"acc": np.array([0.0, 1.0])},
+        )
+    )
     ctrl.update(out)
     assert rescreen_stale(ctrl, current_step=10, max_staleness=0) == 0
     assert ctrl.prompts_for_second_generation_phase.non_tensor_batch["uid"].tolist() == ["a"]
