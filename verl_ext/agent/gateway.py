@@ -340,11 +340,7 @@ class Gateway:
                 s.messages, s.text = messages + [{"role": "assistant", "content": text}], None
         finally:
             self._pending -= 1
-        usage = {
-            "prompt_tokens": len(prompt_ids),
-            "completion_tokens": len(ids),
-            "total_tokens": len(prompt_ids) + len(ids),
-        }
+        usage = _usage(prompt_ids, ids)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):
@@ -404,11 +400,7 @@ class Gateway:
                 s.text, s.messages = prompt + text, None
         finally:
             self._pending -= 1
-        usage = {
-            "prompt_tokens": len(prompt_ids),
-            "completion_tokens": len(ids),
-            "total_tokens": len(prompt_ids) + len(ids),
-        }
+        usage = _usage(prompt_ids, ids)
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.stats.handler_s += time.perf_counter() - t0
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
@@ -477,3 +469,8 @@ class Gateway:
                 return web.json_response(
                     {"episode_id": eid, "task": task, "base_url": f"{url}/v1", "score_url": f"{url}/scores"}
                 )
+
+
+def _usage(prompt_ids, ids) -> dict:
+    """OpenAI's `usage` block of a reply."""
+    return {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids), "total_tokens": len(prompt_ids) + len(ids)}
