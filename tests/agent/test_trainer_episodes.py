@@ -121,3 +121,78 @@ def test_sync_generates_each_batch_in_its_own_step():
     ev = drive(AgentLoop("sync", 3))
     assert {e[1]: e[2] for e in ev if e[0] == "gen_start"} == {1: 1, 2: 2, 3: 3}
     assert ev.count(("sleep",)) == 3
+
+
+class CheckpointedLoop(Loop):
+    """Loop with a dataloader position that checkpoints (as verl's data.pt does) and a real DataProto per batch."""
+
+    def __init__(self, mode: str, steps: int, root):
+        super().__init__(mode, steps)
+        self.config.trainer.default_local_dir = str(root)
+        self.root, self.drawn = root, 0
+
+    def training_batches(self):
+        while True:
+            self.drawn += 1
+            k = self.drawn
+            self.log("gen_start", k, self.global_steps)
+            time.sleep(0.05)
+            rows = DataProto.from_dict(
+                tensors={"responses": torch.full((2, 3), k)}, non_tensors={"uid": np.array([f"t{k}"] * 2, dtype=object)}
+            )
+            yield rows, {"training/epoch": 0}, {}
+
+    def _save_checkpoint(self):
+        folder = self.root / f"global_step_{self.global_steps}"
+        folder.mkdir()
+        (folder / "drawn").write_text(str(self.drawn))
+
+    def _resumed_step_folder(self):
+        return str(max(self.root.glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1])))
+
+    def _load_checkpoint(self):
+        folder = self._resumed_step_folder()
+        self.global_steps = int(folder.rsplit("_", 1)[-1])
+        self.drawn = int((self.root / f"global_step_{self.global_steps}" / "drawn").read_text())
+
+
+class CheckpointedAgentLoop(AgentEpisodesMixin, CheckpointedLoop):
+    pass
+
+
+def train(t, first: int, last: int, save_at=(), crash_after=None):
+    """fit's order: draw, update, save (every save_at step), sync. Returns the batches trained, by task number."""
+    batches, trained = t.training_batches(), []
+    for step in range(first, last + 1):
+        t.global_steps = step
+        rows, _, _ = next(batches)
+        trained.append(int(rows.batch["responses"][0, 0]))
+        assert rows.non_tensor_batch["uid"].tolist() == [f"t{trained[-1]}"] * 2
+        if step in save_at:
+            t._save_checkpoint()
+        if step == crash_after:
+            break
+        t.sync_weights({})
+    batches.close()
+    return trained
+
+
+def test_async_resume_trains_the_batch_that_was_running_ahead(tmp_path):
+    run1 = CheckpointedAgentLoop("async", 5, tmp_path)
+    assert train(run1, 1, 5, save_at=(2,), crash_after=3) == [1, 2, 3]
+    # the checkpoint of step 2 was written after batch 3 was drawn (its dataloader position says 3): it holds batch 3
+    assert (tmp_path / "global_step_2" / "drawn").read_text() == "3"
+    assert (tmp_path / "global_step_2" / "agent_ahead.pkl").exists()
+
+    run2 = CheckpointedAgentLoop("async", 5, tmp_path)
+    run2._load_checkpoint()
+    assert run2.global_steps == 2
+    # every task trained once over the two runs' steps 1-2 and 3-5: batch 3 comes from the checkpoint, not regenerated
+    assert train(run2, 3, 5) == [3, 4, 5]
+    assert [e[1] for e in run2.events if e[0] == "gen_start"] == [4, 5]
+
+
+def test_sync_checkpoint_holds_no_batch(tmp_path):
+    run = CheckpointedAgentLoop("sync", 3, tmp_path)
+    assert train(run, 1, 3, save_at=(2,)) == [1, 2, 3]
+    assert not (tmp_path / "global_step_2" / "agent_ahead.pkl").exists()

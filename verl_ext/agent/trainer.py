@@ -23,12 +23,15 @@ Modes (`external_agent.mode`):
   versions), so step k+1 trains on episodes exactly 1 update stale; the bound is enforced per trajectory from the
   weight version the rollout stamped on its rounds. The rollout replicas are not put to sleep during the update in
   this mode (they are serving the next step's agents): on a GPU that needs memory for both, as in verl's own
-  fully-async setups.
+  fully-async setups. A checkpoint saved while a batch runs ahead holds that batch (`agent_ahead.pkl` beside the
+  step's state): its tasks are already taken from the dataloader, so a resume trains it first instead of losing it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +42,7 @@ from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.settings import AgentSettings, uses_external_agent
 
 _END = object()
+AHEAD_FILE = "agent_ahead.pkl"  # the batch generated ahead of a checkpoint, trained first on resume
 
 
 def episode_columns_metrics(status: np.ndarray, rounds: np.ndarray, segments: np.ndarray) -> dict[str, float]:
@@ -65,6 +69,7 @@ class AgentEpisodesMixin:
         )
         self._episode_ledger: EpisodeLedger | None = None
         self._prefetch: concurrent.futures.Future | None = None
+        self._resumed_ahead = _END  # the checkpoint's batch that was running ahead, trained first on resume
 
     @property
     def agent_async(self) -> bool:
@@ -92,7 +97,12 @@ class AgentEpisodesMixin:
             return
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agent-episodes")
         try:
-            fut = pool.submit(next, batches, _END)
+            if self._resumed_ahead is not _END:
+                fut = concurrent.futures.Future()
+                fut.set_result(self._resumed_ahead)
+                self._resumed_ahead = _END
+            else:
+                fut = pool.submit(next, batches, _END)
             while True:
                 item = fut.result()
                 if item is _END:
@@ -112,11 +122,26 @@ class AgentEpisodesMixin:
             super()._sleep_rollout()
 
     def _save_checkpoint(self):
-        # The dataloader's position is saved with the checkpoint; let the thread running ahead finish taking its batch.
-        # (Its episodes are not trained yet: a resume from this checkpoint does not run that batch's tasks again.)
+        # The dataloader's (and a curriculum's) position is saved with the checkpoint, after the batch running ahead
+        # was taken: that batch goes into the checkpoint too, or a resume would never train its tasks.
         if self._prefetch is not None:
             concurrent.futures.wait([self._prefetch])
         super()._save_checkpoint()
+        item = self._prefetch.result() if self._prefetch is not None else _END
+        if item is not _END:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            tmp = os.path.join(folder, AHEAD_FILE + ".tmp")
+            with open(tmp, "wb") as f:
+                pickle.dump(item, f)
+            os.replace(tmp, os.path.join(folder, AHEAD_FILE))  # atomic, as the extension state beside it
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        folder = self._resumed_step_folder() if self.global_steps and self.agent_async else None
+        path = os.path.join(folder, AHEAD_FILE) if folder else None
+        if path and os.path.exists(path):
+            with open(path, "rb") as f:
+                self._resumed_ahead = pickle.load(f)
 
     def sync_weights(self, timing_raw: dict) -> None:
         if self._prefetch is not None:  # the episodes running ahead finish on the weights they started with
