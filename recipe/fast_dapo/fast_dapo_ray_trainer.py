@@ -174,7 +174,9 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 rows.non_tensor_batch.update(markers)
                 # The policy that sampled these rows: step global_steps trains with the weights generating now.
                 rows.non_tensor_batch[VERSION_KEY] = np.full(len(rows), self.global_steps, dtype=np.int64)
-                self.controller.update(rows, metric_values=self._filter_metric_values(out))
+                self.controller.update(
+                    rows, metric_values=self._filter_metric_values(out), valid=self.screening_valid_rows(rows)
+                )
 
     def _rescreen_stale(self) -> None:
         if self.max_screen_staleness is not None:
@@ -213,6 +215,10 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 else {}
             ),
         }
+
+    def screening_valid_rows(self, rows: DataProto) -> np.ndarray | None:
+        """Rows the keep rule may judge a prompt by (None: all). The agent trainer leaves out dropped episodes."""
+        return None
 
     def _filter_metric_values(self, out: DataProto):
         """The filter metric per row: a reward extra key (acc, ...) if the reward returns it, else the sequence

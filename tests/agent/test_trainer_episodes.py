@@ -196,3 +196,10 @@ def test_sync_checkpoint_holds_no_batch(tmp_path):
     run = CheckpointedAgentLoop("sync", 3, tmp_path)
     assert train(run, 1, 3, save_at=(2,)) == [1, 2, 3]
     assert not (tmp_path / "global_step_2" / "agent_ahead.pkl").exists()
+
+
+def test_fast_dapo_screening_judges_only_ok_episodes():
+    rows = batch_of(["ok", "crashed", "timeout", "ok"], [0, 0, 0, 0], MASKS)
+    assert AgentLoop("sync", 1).screening_valid_rows(rows).tolist() == [True, False, False, True]
+    del rows.non_tensor_batch["agent_status"]  # not an agent batch: every row counts
+    assert AgentLoop("sync", 1).screening_valid_rows(rows) is None

@@ -403,6 +403,39 @@ def test_pad_rows_are_ignored():
     assert ctrl.counters["discarded_all_correct"] == 1 and ctrl.counters["responses_generated"] == 2
 
 
+@pytest.mark.parametrize(
+    ("values", "valid"),
+    [
+        ([1.0, 0.0, 1.0, 1.0], [True, False, True, True]),  # the only wrong answer is a crashed episode
+        ([1.0, 0.0, 0.0, 1.0], [True, False, True, True]),  # still mixed without it
+        ([0.0, 0.0, 1.0, 0.0], [True, True, True, True]),
+        ([0.0, 0.0, 0.0, 0.0], [False, False, False, False]),  # nothing valid
+        ([1.0, 1.0, 1.0, 1.0], [False, True, False, False]),
+    ],
+)
+def test_invalid_responses_do_not_decide_the_keep_rule(values, valid):
+    ctrl = DataController(train_batch_size=1, n=4, n_continue=0, mode="fast")
+    fresh = SimulatedPolicy(0).fresh_prompts(1)
+    ctrl.add_fresh_prompts(fresh)
+    out = scripted_output(ctrl.get_generation_inputs(), {fresh.non_tensor_batch["uid"][0]: values})
+    ctrl.update(out, valid=np.array(valid))
+    judged = [v for v, ok in zip(values, valid, strict=True) if ok] or [0.0]  # nothing valid: all wrong
+    assert ctrl.is_ready_for_training() == reference_keep(judged)
+    if not reference_keep(judged):
+        expected = "discarded_all_correct" if judged[0] > 0.5 else "discarded_all_wrong"
+        assert ctrl.counters[expected] == 1
+    assert ctrl.counters["responses_generated"] == 4  # generated all the same
+
+
+def test_validity_flags_must_match_the_rows():
+    ctrl = DataController(train_batch_size=1, n=2, n_continue=0, mode="fast")
+    fresh = SimulatedPolicy(0).fresh_prompts(1)
+    ctrl.add_fresh_prompts(fresh)
+    out = scripted_output(ctrl.get_generation_inputs(), {fresh.non_tensor_batch["uid"][0]: [1.0, 0.0]})
+    with pytest.raises(ValueError, match="3 validity flags for 2 rows"):
+        ctrl.update(out, valid=np.ones(3, dtype=bool))
+
+
 # ---------------------------------------------------------------- errors
 
 

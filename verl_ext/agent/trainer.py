@@ -148,6 +148,11 @@ class AgentEpisodesMixin:
             concurrent.futures.wait([self._prefetch])
         super().sync_weights(timing_raw)
 
+    def screening_valid_rows(self, rows: DataProto) -> np.ndarray | None:
+        # fast DAPO's keep rule: a crashed or timed-out episode says nothing about the task's difficulty
+        status = rows.non_tensor_batch.get("agent_status")
+        return None if status is None else np.asarray(status).astype(str) == "ok"
+
     # ------------------------------------------------------------------ per step
     def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
         if "agent_status" in batch.non_tensor_batch:

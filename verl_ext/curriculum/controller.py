@@ -180,21 +180,29 @@ class DataController:
         self._counts["generation_calls_since_training"] += 1
         return self.prompts_in_flight.sample_level_repeat(self._repeats())
 
-    def update(self, gen_output: DataProto, metric_values: np.ndarray | None = None) -> None:
+    def update(
+        self, gen_output: DataProto, metric_values: np.ndarray | None = None, valid: np.ndarray | None = None
+    ) -> None:
         """Take the generated rows of the pending call (any order; pad rows allowed and dropped).
 
         The filter metric is ``metric_values`` (one value per row of ``gen_output``) if given, else
         ``gen_output.non_tensor_batch[filter_metric]``; the stored rows carry it (as float64) in
-        ``non_tensor_batch[filter_metric]``.
+        ``non_tensor_batch[filter_metric]``. ``valid`` (bool per row, default all true) marks responses the keep
+        rule may look at: an invalid one (an agent episode that crashed or timed out) says nothing about the prompt's
+        difficulty, so a prompt is kept when its valid screening responses disagree, and a prompt with no valid
+        screening response counts as all wrong. Invalid rows are still stored and trained as the trainer decides.
         """
         if self.prompts_in_flight is None:
             raise RuntimeError("update: no pending generation (call get_generation_inputs first)")
         metric = self._metric(gen_output, metric_values)
+        valid = np.ones(len(gen_output), dtype=bool) if valid is None else np.asarray(valid, dtype=bool).reshape(-1)
+        if len(valid) != len(gen_output):
+            raise ValueError(f"update: {len(valid)} validity flags for {len(gen_output)} rows")
         self._uids(gen_output, "update")
         if PHASE_KEY not in gen_output.non_tensor_batch:
             raise ValueError(f"update: the rows lack the '{PHASE_KEY}' column set by get_generation_inputs")
         real = ~np.asarray(gen_output.non_tensor_batch.get(PAD_KEY, np.zeros(len(gen_output))), dtype=bool)
-        rows, metric = _stripped(gen_output.select_idxs(real), drop=(PAD_KEY,)), metric[real]
+        rows, metric, valid = _stripped(gen_output.select_idxs(real), drop=(PAD_KEY,)), metric[real], valid[real]
         # Rows keep the values the keep rule saw, so groups from different calls share one schema either way.
         rows.non_tensor_batch[self.filter_metric] = metric
         prompt_of_row = self._match_in_flight(rows)
@@ -205,7 +213,8 @@ class DataController:
         continued = rows.non_tensor_batch[PHASE_KEY] == CONTINUE
         # Older prompts first: completed continuations join the training FIFO before this call's screened groups.
         self._complete_continuations(rows.select_idxs(continued), prompt_of_row[continued])
-        self._screen(rows.select_idxs(~continued), metric[~continued], prompt_of_row[~continued])
+        screened = ~continued & valid
+        self._screen(rows.select_idxs(~continued), prompt_of_row[~continued], metric[screened], prompt_of_row[screened])
         self.prompts_in_flight = None
 
     def is_ready_for_training(self) -> bool:
@@ -357,13 +366,18 @@ class DataController:
         self.screened_responses = _nonempty(held.select_idxs(~joined))
         self._add_ready(groups.select_idxs(order))
 
-    def _screen(self, rows: DataProto, metric: np.ndarray, prompt_of_row: np.ndarray) -> None:
+    def _screen(
+        self, rows: DataProto, prompt_of_row: np.ndarray, metric: np.ndarray, metric_prompt: np.ndarray
+    ) -> None:
+        """rows: this call's screening rows; metric / metric_prompt: the valid ones' metric and prompt index."""
         if len(rows) == 0:
             return
         n_sent = len(self.prompts_in_flight)
         hi, lo = np.full(n_sent, -np.inf), np.full(n_sent, np.inf)
-        np.maximum.at(hi, prompt_of_row, metric)
-        np.minimum.at(lo, prompt_of_row, metric)
+        np.maximum.at(hi, metric_prompt, metric)
+        np.minimum.at(lo, metric_prompt, metric)
+        nothing_valid = np.isinf(hi)
+        hi[nothing_valid] = lo[nothing_valid] = 0.0  # no valid response: all wrong
         screened = self.prompts_in_flight.non_tensor_batch[PHASE_KEY] == SCREEN
         mixed = hi > lo
         keep = screened & (mixed | (self.mode == "plain"))
