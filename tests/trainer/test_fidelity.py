@@ -60,6 +60,8 @@ REJECTIONS = [
     (["skip.rollout_tq.enable=true"], "ppo", "skip.rollout_tq.enable"),
     (["skip.rollout.enable=true"], "composer", "skip.rollout.enable"),
     (["algorithm.filter_groups.enable=true"], "ppo", "algorithm.filter_groups"),
+    (["data.train_max_samples=10"], "fast_dapo", "data.train_max_samples"),
+    (["data.val_max_samples=10"], "ppo", "data.val_max_samples"),
     (["algorithm.use_pf_ppo=true", "algorithm.adv_estimator=gtpo"], "ppo", "algorithm.use_pf_ppo"),
     (["algorithm.use_pf_ppo=true"], "composer", "algorithm.use_pf_ppo"),
     (["distillation.enabled=true"], "composer", "distillation"),
@@ -111,6 +113,8 @@ def test_each_rejection_names_its_key(overrides, recipe, key):
         (["distillation.enabled=true"], "ppo"),  # the inherited actor update handles it
         (["skip.rollout.enable=true"], "ppo"),  # one generation call per step: verl's replay by step is right
         (["skip.rollout.enable=true", "+curriculum.enable=false"], "fast_dapo"),
+        (["data.train_max_samples=10", "data.seed=3"], "ppo"),  # the same subset in every process
+        (["data.train_max_samples=10", "data.shuffle=false"], "ppo"),  # the first rows
         (["reward.reward_model.enable=true", "reward.reward_model.enable_resource_pool=true"], "ppo"),  # standalone
         (
             [

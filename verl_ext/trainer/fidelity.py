@@ -161,6 +161,21 @@ def _rollout_correction(cfg, recipe):
     return None
 
 
+def _max_samples(cfg, recipe):
+    # verl's RLHFDataset draws the subset with np.random.default_rng(data.seed): with no seed every process (a
+    # resumed run, each campaign seed) trains and validates on other prompts, while the checkpoint's dataloader
+    # position refers to the first subset.
+    if not _get(cfg, "data.shuffle", True) or _get(cfg, "data.seed") is not None:
+        return None
+    used = [k for k in ("train_max_samples", "val_max_samples") if (_get(cfg, f"data.{k}", -1) or -1) > 0]
+    if used:
+        return (
+            f"data.{used[0]} picks a random subset with data.seed=null, a different one in every process, so a "
+            "resumed run would continue on other prompts: set data.seed (or data.shuffle=false: the first rows)"
+        )
+    return None
+
+
 FEATURES: tuple[Feature, ...] = (
     Feature(
         "algorithm.rollout_correction",
@@ -279,6 +294,18 @@ FEATURES: tuple[Feature, ...] = (
             "test_each_rejection_names_its_key",
             "test_supported_settings_pass",
             "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
+        ),
+    ),
+    Feature(
+        "data.train_max_samples / data.val_max_samples",
+        PARTIAL,
+        "verl's dataset subset; rejected when it is random without a seed (data.shuffle=true, data.seed=null): "
+        "every process would draw other prompts, so a resume would not continue the same data",
+        _max_samples,
+        tests=(
+            "test_each_rejection_names_its_key",
+            "test_supported_settings_pass",
+            "test_fast_dapo_trains_crashes_and_resumes",
         ),
     ),
     Feature(
