@@ -24,6 +24,7 @@ def test_val_only_validates_and_stops(ray_cpu, tiny_assets, tmp_path):
             "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.actor.use_kl_loss=false",
             "data.val_max_samples=8",
+            "data.seed=0",  # the same 8 validation prompts in every process
             "trainer.val_only=true",
             "trainer.val_before_train=false",
             "trainer.save_freq=1",
