@@ -14,7 +14,9 @@ from verl_ext.metrics_log import read_jsonl
 pytestmark = pytest.mark.e2e
 
 TRAIN_BATCH, N_SCREEN, N_CONTINUE = 3, 3, 2  # N = 5: no divisibility between n and N
-GEN_BATCH = 5  # 5 x 3 screening rows + 2 per kept prompt: always odd, so every fused batch needs a pad row
+GEN_BATCH = 5  # 5 x 3 screening rows + 2 per kept prompt: odd unless the memory skips prompts; odd needs a pad row
+PROMPTS = 10  # two dataloader batches per epoch: the run sees several epochs, so the pass-rate memory acts
+# (the toy set repeats prompts: the 10 rows hold at most 10 distinct ones)
 
 
 def _overrides(out_dir, steps, save_freq, trainer_cls=None):
@@ -22,6 +24,9 @@ def _overrides(out_dir, steps, save_freq, trainer_cls=None):
         "+preset=cpu_demo",
         f"data.train_batch_size={TRAIN_BATCH}",
         f"data.gen_batch_size={GEN_BATCH}",
+        f"data.train_max_samples={PROMPTS}",
+        "data.seed=0",  # the same subset after the resume
+        "curriculum.memory.enable=true",
         f"actor_rollout_ref.rollout.n={N_SCREEN}",
         f"actor_rollout_ref.rollout.n_continue={N_CONTINUE}",
         "actor_rollout_ref.rollout.agent.num_workers=2",  # the fused batch is split over two agent-loop workers
@@ -67,6 +72,8 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     assert [r["step"] for r in first] == [1, 2, 3]
     state = torch.load(out / "global_step_2" / "verl_ext_state.pt", weights_only=False)
     assert state["controller"]["counters"]["training_groups_emitted"] == 2 * TRAIN_BATCH
+    memory = state["controller"]["memory"]  # the pass-rate memory is checkpointed with the controller
+    assert len(memory["arrays"]["keys"]) == first[1]["curriculum/memory_prompts"]
 
     # 2) Resumed from step 2 by the ordinary trainer: steps 3 and 4 run again, the log is cut back first.
     run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2)))
@@ -88,4 +95,10 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
         assert m["curriculum/prompts_screened"] == (
             m["curriculum/prompts_kept"] + m["curriculum/discarded_all_correct"] + m["curriculum/discarded_all_wrong"]
         )
-        assert m["curriculum/pad_rows_total"] >= m["curriculum/generation_calls"]  # odd fused batches were padded
+        # two agent-loop workers: an odd fused batch gets one pad row (the memory's skips make some batches even)
+        assert m["curriculum/pad_rows_total"] <= m["curriculum/generation_calls"]
+        assert 0 < m["curriculum/memory_prompts"] <= PROMPTS  # one history per prompt of the data set
+    assert rows[-1]["curriculum/pad_rows_total"] > 0, "the odd fused batches were padded"
+    # every prompt offered is screened or skipped by the memory; more than one epoch was offered
+    offered = rows[-1]["curriculum/prompts_screened"] + rows[-1]["curriculum/prompts_skipped_by_memory"]
+    assert offered % GEN_BATCH == 0 and offered > PROMPTS
