@@ -16,6 +16,7 @@ TINY = [
     "trainer.nnodes=2",
     "curriculum.enable=false",
     "data.train_batch_size=2",
+    "data.gen_batch_size=2",  # one call per step: the preset's 16 would feed 8 steps, rows up to 7 updates old
     "actor_rollout_ref.rollout.n=2",
     "actor_rollout_ref.rollout.n_continue=2",  # N = 4 responses per prompt: 8 rows, 4 per rank
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",
