@@ -3,9 +3,11 @@ mixin over a minimal loop that records what happens when; the full trainer runs 
 
 from __future__ import annotations
 
+import pickle
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,18 +144,27 @@ class CheckpointedLoop(Loop):
             )
             yield rows, {"training/epoch": 0}, {}
 
-    def _save_checkpoint(self):
+    def extra_state_dict(self) -> dict:
+        return {}
+
+    def load_extra_state_dict(self, state: dict) -> None:
+        pass
+
+    def _save_checkpoint(self):  # each key of the extension state in a file of its own
         folder = self.root / f"global_step_{self.global_steps}"
         folder.mkdir()
         (folder / "drawn").write_text(str(self.drawn))
+        for key, value in self.extra_state_dict().items():
+            (folder / f"{key}.pkl").write_bytes(pickle.dumps(value))
 
     def _resumed_step_folder(self):
         return str(max(self.root.glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1])))
 
     def _load_checkpoint(self):
-        folder = self._resumed_step_folder()
-        self.global_steps = int(folder.rsplit("_", 1)[-1])
-        self.drawn = int((self.root / f"global_step_{self.global_steps}" / "drawn").read_text())
+        folder = Path(self._resumed_step_folder())
+        self.global_steps = int(folder.name.rsplit("_", 1)[-1])
+        self.drawn = int((folder / "drawn").read_text())
+        self.load_extra_state_dict({p.stem: pickle.loads(p.read_bytes()) for p in folder.glob("*.pkl")})
 
 
 class CheckpointedAgentLoop(AgentEpisodesMixin, CheckpointedLoop):

@@ -23,15 +23,14 @@ Modes (`external_agent.mode`):
   versions), so step k+1 trains on episodes exactly 1 update stale; the bound is enforced per trajectory from the
   weight version the rollout stamped on its rounds. The rollout replicas are not put to sleep during the update in
   this mode (they are serving the next step's agents): on a GPU that needs memory for both, as in verl's own
-  fully-async setups. A checkpoint saved while a batch runs ahead holds that batch (`agent_ahead.pkl` beside the
-  step's state): its tasks are already taken from the dataloader, so a resume trains it first instead of losing it.
+  fully-async setups. A checkpoint saved while a batch runs ahead holds that batch (key `agent_ahead` of the
+  extension state, `verl_ext_state.pt`): its tasks are already taken from the dataloader, so a resume trains it first
+  instead of losing it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +41,6 @@ from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.settings import AgentSettings, uses_external_agent
 
 _END = object()
-AHEAD_FILE = "agent_ahead.pkl"  # the batch generated ahead of a checkpoint, trained first on resume
 
 
 def episode_columns_metrics(status: np.ndarray, rounds: np.ndarray, segments: np.ndarray) -> dict[str, float]:
@@ -123,25 +121,22 @@ class AgentEpisodesMixin:
 
     def _save_checkpoint(self):
         # The dataloader's (and a curriculum's) position is saved with the checkpoint, after the batch running ahead
-        # was taken: that batch goes into the checkpoint too, or a resume would never train its tasks.
+        # was taken: that batch goes into the checkpoint too (extra_state_dict), or a resume would never train it.
         if self._prefetch is not None:
             concurrent.futures.wait([self._prefetch])
         super()._save_checkpoint()
+
+    def extra_state_dict(self) -> dict:
+        state = super().extra_state_dict()
         item = self._prefetch.result() if self._prefetch is not None else _END
         if item is not _END:
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-            tmp = os.path.join(folder, AHEAD_FILE + ".tmp")
-            with open(tmp, "wb") as f:
-                pickle.dump(item, f)
-            os.replace(tmp, os.path.join(folder, AHEAD_FILE))  # atomic, as the extension state beside it
+            state["agent_ahead"] = item
+        return state
 
-    def _load_checkpoint(self):
-        super()._load_checkpoint()
-        folder = self._resumed_step_folder() if self.global_steps and self.agent_async else None
-        path = os.path.join(folder, AHEAD_FILE) if folder else None
-        if path and os.path.exists(path):
-            with open(path, "rb") as f:
-                self._resumed_ahead = pickle.load(f)
+    def load_extra_state_dict(self, state: dict) -> None:
+        super().load_extra_state_dict(state)
+        if self.agent_async and "agent_ahead" in state:
+            self._resumed_ahead = state["agent_ahead"]
 
     def sync_weights(self, timing_raw: dict) -> None:
         if self._prefetch is not None:  # the episodes running ahead finish on the weights they started with
