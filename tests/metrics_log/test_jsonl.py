@@ -155,3 +155,18 @@ def test_validation_before_training_is_step_zero_and_survives_resume(tmp_path):
     assert [(r["step"], r.get("acc")) for r in read_jsonl(path)] == [(0, None), (1, 0.2), (2, 0.4)]
     JsonlMetricsWriter(path).close()  # a fresh run starts empty, step 0 included
     assert read_jsonl(path) == []
+
+
+def test_a_resumed_step_whose_line_was_lost_can_still_be_logged(tmp_path):
+    """A crash between step 3's checkpoint and its line: the resume (from step 3) may write line 3, once."""
+    path = tmp_path / "m.jsonl"
+    with JsonlMetricsWriter(path) as w:
+        for step in (1, 2):
+            w.log(step, {"acc": step / 10})
+    with JsonlMetricsWriter(path, resume_from_step=3) as w:
+        assert w.last_step == 2
+        w.log(3, {"acc": 0.3})
+        with pytest.raises(ValueError, match="> the last logged step 3"):
+            w.log(3, {"acc": 0.3})
+        w.log(4, {"acc": 0.4})
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2, 3, 4]

@@ -88,7 +88,8 @@ class JsonlMetricsWriter:
         path: the log file (created with its parent directories).
         resume_from_step: the last step already done, i.e. the checkpoint's ``global_steps`` on resume, 0 for a
             fresh run (which starts from an empty file and may log step 0). Lines after it are cut away first. Steps
-            must then be logged in increasing order.
+            must then be logged in increasing order, after the last step kept (``last_step``: the resumed step
+            itself may still be missing, if the crash came before its line was written).
         fsync: also ``os.fsync`` after each line, so a machine crash (not only a process crash) keeps it.
             Recommended False unless steps are minutes long; a flush already survives a killed process.
     """
@@ -97,8 +98,8 @@ class JsonlMetricsWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # A fresh run (0) keeps nothing, so it may log step 0 (validation before training) itself.
-        self.last_step = int(resume_from_step) if resume_from_step > 0 else -1
-        truncate_after(self.path, self.last_step)
+        truncate_after(self.path, int(resume_from_step) if resume_from_step > 0 else -1)
+        self.last_step = max((r["step"] for r in _parse(self.path)), default=-1)
         self.fsync = fsync
         self._file = open(self.path, "a")
 

@@ -11,7 +11,9 @@ shares. On top of verl it adds:
   in and restored from verl checkpoints (`global_step_N/verl_ext_state.pt`);
 - a streaming JSONL metrics log (`trainer.jsonl_metrics_path`), cut back to the checkpoint's step on resume, and,
   with `trainer.plot_keys`, a PNG of those metrics' curves next to it when the run ends;
-- cumulative training time that survives resume.
+- cumulative training time that survives resume;
+- no step missing from that log when a crash falls between a step's checkpoint and its row: the checkpoint holds the
+  row so far and the resumed run writes it (`_recover_row`).
 
 Every other feature of verl's `fit` is either carried over here by calling verl's own function for it (rollout
 correction in decoupled and bypass mode, val_only, rollout dumps, the profiler, ESI saves, images_seqlens, the
@@ -120,6 +122,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._profiling_step = False  # the current step is profiled: generate() profiles the rollout servers too
         self.max_steps_duration = 0.0  # longest step so far, for the ESI expiry check
         self.resume_epoch = 0
+        self._row_so_far: dict | None = None  # the current step's metrics row while its checkpoint is written
+        self._resumed_row: dict | None = None  # that row as read back from the checkpoint a run resumes from
         # checked here, before the workers start, not when the run ends
         check_plot_settings(self.plot_keys, self.config.trainer.get("jsonl_metrics_path"))
 
@@ -143,6 +147,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             "sepa": self.sepa.state_dict() if self.sepa else None,
             "train_time_s": self.train_time_s,
             "generate_calls": self.generate_calls,
+            "row_so_far": self._row_so_far,
         }
 
     def load_extra_state_dict(self, state: dict) -> None:
@@ -150,13 +155,17 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             self.sepa.load_state_dict(state["sepa"])
         self.train_time_s = float(state.get("train_time_s", 0.0))
         self.generate_calls = int(state.get("generate_calls", 0))
+        self._resumed_row = state.get("row_so_far")
 
     def _save_checkpoint(self):
-        super()._save_checkpoint()
+        # Written before verl's part: verl writes `latest_checkpointed_iteration.txt` last, and that file is what a
+        # resume trusts, so everything of the checkpoint must be on disk when it appears.
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, EXTRA_STATE_FILE + ".tmp")
         torch.save(self.extra_state_dict(), tmp)
         os.replace(tmp, os.path.join(folder, EXTRA_STATE_FILE))  # atomic: a crash never leaves half a file
+        super()._save_checkpoint()
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -426,6 +435,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         jsonl_path = self.config.trainer.get("jsonl_metrics_path")
         if jsonl_path:
             self.metrics_log = JsonlMetricsWriter(jsonl_path, resume_from_step=self.global_steps)
+        self._recover_row(tracker)
         val_only = bool(self.config.trainer.get("val_only", False))
         # Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint too)
         # and stops, whatever val_before_train says.
@@ -433,8 +443,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             val_metrics = self._validate()
             pprint(f"Initial validation metrics: {val_metrics}")
             tracker.log(data=val_metrics, step=self.global_steps)
-            if self.metrics_log is not None:
-                self.metrics_log.log(self.global_steps, val_metrics)  # so the curves start where training starts
+            # so the curves start where training starts (a resumed checkpoint's step has its row already)
+            if self.metrics_log is not None and self.metrics_log.last_step < self.global_steps:
+                self.metrics_log.log(self.global_steps, val_metrics)
         if val_only:
             self._close_run(plot=False)
             return
@@ -463,12 +474,19 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                     self._stop_profiling(self.profile.profiled(self.global_steps), run_command=True)
                     return
                 timing_raw.update(profile_timing)
+                test_freq = self.config.trainer.test_freq
+                validates = test_freq > 0 and (is_last or self.global_steps % test_freq == 0)
                 with marked_timer("step", timing_raw):
                     batch = self.train_on_batch(batch, metrics, timing_raw)
-                    self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start)
+                    metrics.update(self._batch_metrics(batch, metrics))
+                    row_so_far = {
+                        "step": self.global_steps,
+                        "validates": validates,
+                        "metrics": {**metrics, **compute_timing_metrics(batch=batch, timing_raw=timing_raw)},
+                    }
+                    self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start, row_so_far)
                     self.sync_weights(timing_raw)
-                test_freq = self.config.trainer.test_freq
-                if test_freq > 0 and (is_last or self.global_steps % test_freq == 0):
+                if validates:
                     with marked_timer("testing", timing_raw, color="green"):
                         metrics.update(self._validate())
                 with marked_timer("stop_profile", timing_raw):
@@ -479,7 +497,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 self._profiling_step = False
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
                 self.train_time_s = time_base + time.monotonic() - fit_start
-                metrics.update(self._step_metrics(batch, timing_raw, metrics))
+                metrics.update(self._timing_metrics(batch, timing_raw))
                 tracker.log(data=metrics, step=self.global_steps)
                 if self.metrics_log is not None:
                     self.metrics_log.log(self.global_steps, metrics)
@@ -493,9 +511,15 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             progress.close()
             self._close_run(plot=self.plot_keys and sys.exc_info()[0] is None)
 
-    def _maybe_save_checkpoint(self, is_last: bool, timing_raw: dict, time_base: float, fit_start: float) -> None:
+    def _maybe_save_checkpoint(
+        self, is_last: bool, timing_raw: dict, time_base: float, fit_start: float, row_so_far: dict | None = None
+    ) -> None:
         """Save on the last step, every `save_freq` steps, and (verl's ESI check) when the capacity block this job
-        runs on is about to expire."""
+        runs on is about to expire.
+
+        As in verl, the save comes before the weight sync and validation (the rollout still sleeps: on a GPU shared
+        with it the actor has the memory to itself), so before the step's metrics row can be written. `row_so_far`
+        (`{"step", "validates", "metrics"}`) goes into the checkpoint so that a crash in between leaves no gap."""
         save_freq = self.config.trainer.save_freq
         if save_freq <= 0:
             return
@@ -507,7 +531,32 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 print("[verl_ext] force saving a checkpoint: the instance's capacity block expires soon")
             with marked_timer("save_checkpoint", timing_raw, color="green"):
                 self.train_time_s = time_base + time.monotonic() - fit_start
-                self._save_checkpoint()
+                if row_so_far is not None:
+                    times = {"time/wall": time.time(), "time/train_total_s": self.train_time_s}
+                    self._row_so_far = {**row_so_far, "metrics": {**row_so_far["metrics"], **times}}
+                try:
+                    self._save_checkpoint()
+                finally:
+                    self._row_so_far = None
+
+    def _recover_row(self, tracker) -> None:
+        """On resume: if the crash came after the checkpoint's save but before its step's row was written, write
+        that row now from the checkpoint, validating the checkpoint's weights first if that step was to validate.
+        The recovered row says so (`training/row_recovered`) and lacks what the lost run measured after the save
+        (weight sync, validation and step times, throughput). Without a JSONL log there is nothing to check against,
+        so nothing is written."""
+        row, self._resumed_row = self._resumed_row, None
+        if row is None or self.metrics_log is None or row["step"] != self.global_steps:
+            return
+        if self.metrics_log.last_step >= row["step"]:
+            return  # the row was written before the crash
+        metrics = dict(row["metrics"])
+        if row["validates"]:
+            metrics.update(self._validate())
+        metrics["training/row_recovered"] = 1
+        print(f"[verl_ext] step {row['step']}: metrics row lost after its checkpoint; written from the checkpoint")
+        tracker.log(data=metrics, step=row["step"])
+        self.metrics_log.log(row["step"], metrics)
 
     def _finalize_async_calls(self, blocking: bool) -> None:
         """verl's asynchronous checkpoint saves finish here (worker groups that have them)."""
@@ -531,17 +580,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         print(f"[verl_ext] metric curves: {out}")
         return out
 
-    def _step_metrics(self, batch: DataProto, timing_raw: dict, metrics: dict) -> dict:
-        m = {
-            "training/global_step": self.global_steps,
-            "time/wall": time.time(),
-            "time/train_total_s": self.train_time_s,
-            "rollout/generate_calls": self.generate_calls,
-        }
+    def _batch_metrics(self, batch: DataProto, metrics: dict) -> dict:
+        """The step's metrics known once its update is done (all but the times)."""
+        m = {"training/global_step": self.global_steps, "rollout/generate_calls": self.generate_calls}
         m.update(compute_data_metrics(batch=batch, use_critic=self.use_critic))
-        m.update(compute_timing_metrics(batch=batch, timing_raw=timing_raw))
-        n_gpus = self.resource_pool_manager.get_n_gpus()
-        m.update(compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus))
         m.update(compute_variance_proxy_metrics(batch=batch, gradient_norm=metrics.get("actor/grad_norm", None)))
         nt = batch.non_tensor_batch
         m.update(
@@ -552,3 +594,12 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         m.update(gdpo_metrics(batch, self.config.algorithm))
         m.update(self.step_metrics())
         return m
+
+    def _timing_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
+        n_gpus = self.resource_pool_manager.get_n_gpus()
+        return {
+            "time/wall": time.time(),
+            "time/train_total_s": self.train_time_s,
+            **compute_timing_metrics(batch=batch, timing_raw=timing_raw),
+            **compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus),
+        }

@@ -26,6 +26,7 @@ def _overrides(out_dir, steps, save_freq, trainer_cls=None):
         f"data.gen_batch_size={GEN_BATCH}",
         f"data.train_max_samples={PROMPTS}",
         "data.seed=0",  # the same subset after the resume
+        "data.val_max_samples=6",
         "curriculum.memory.enable=true",
         f"actor_rollout_ref.rollout.n={N_SCREEN}",
         f"actor_rollout_ref.rollout.n_continue={N_CONTINUE}",
@@ -36,7 +37,7 @@ def _overrides(out_dir, steps, save_freq, trainer_cls=None):
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=5",
         f"trainer.total_training_steps={steps}",
         f"trainer.save_freq={save_freq}",
-        "trainer.test_freq=-1",
+        "trainer.test_freq=2",
         "trainer.val_before_train=false",
         "trainer.resume_mode=auto",
         f"trainer.default_local_dir={out_dir}",
@@ -62,23 +63,31 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
 
     N = N_SCREEN + N_CONTINUE
     out = tmp_path / "run"
-    # 1) Killed after step 3 was logged; the last checkpoint is step 2.
+    # 1) Killed in the window between step 2's checkpoint and step 2's metrics row (written after the weight sync
+    # and validation): a node lost there left a gap in the log before the checkpoint held the row so far.
     crashing = "tests.recipe.fast_dapo.crashing_trainer.CrashingFastDAPOTrainer"
     with pytest.raises(Exception, match="simulated crash"):
         run_task_runner(
-            ExtTaskRunner, _config(_overrides(out, 4, 2, crashing)), env={"VERL_EXT_TEST_CRASH_AFTER_STEP": "3"}
+            ExtTaskRunner, _config(_overrides(out, 4, 2, crashing)), env={"VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT": "2"}
         )
     first = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in first] == [1, 2, 3]
+    assert [r["step"] for r in first] == [1]
+    assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
     state = torch.load(out / "global_step_2" / "verl_ext_state.pt", weights_only=False)
     assert state["controller"]["counters"]["training_groups_emitted"] == 2 * TRAIN_BATCH
+    assert state["row_so_far"]["step"] == 2 and state["row_so_far"]["validates"]
     memory = state["controller"]["memory"]  # the pass-rate memory is checkpointed with the controller
-    assert len(memory["arrays"]["keys"]) == first[1]["curriculum/memory_prompts"]
+    assert len(memory["arrays"]["keys"]) == state["row_so_far"]["metrics"]["curriculum/memory_prompts"]
 
-    # 2) Resumed from step 2 by the ordinary trainer: steps 3 and 4 run again, the log is cut back first.
+    # 2) Resumed from step 2 by the ordinary trainer: step 2's row is written from the checkpoint (its validation
+    # run again on the checkpoint's weights), then steps 3 and 4 run.
     run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2)))
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4], "no step twice, none missing"
+    assert [r.get("training/row_recovered") for r in rows] == [None, 1, None, None]
+    val_key = next(k for k in rows[1] if k.startswith("val-core/"))
+    assert [val_key in r for r in rows] == [False, True, False, True], "validated at steps 2 (again) and 4"
+    assert "timing_s/update_actor" in rows[1] and "timing_s/step" not in rows[1], "the lost run's times up to the save"
     times = [m["time/train_total_s"] for m in rows]
     assert times == sorted(times) and times[0] > 0, "training time carries over the resume (from the checkpoint)"
     for m in rows:
