@@ -169,5 +169,6 @@ def test_lost_node_fails_the_job_and_resume_continues(cluster, tmp_path):
     assert [r["step"] for r in rows] == list(range(1, 9)), "no step twice, none missing"
     print(
         f"job failed {failed_after_s:.1f} s after the node was killed; steps logged before: {logged_before}, "
-        f"resumed from checkpoint {last_ckpt}"
+        f"resumed from checkpoint {last_ckpt}; rows written from the checkpoint: "
+        f"{[r['step'] for r in rows if r.get('training/row_recovered')]}"
     )
