@@ -24,9 +24,11 @@ Second part, the pass-rate memory (GRESO-style, ``verl_ext.curriculum.memory``):
 fast with the default memory, then fast with other ``skip_all_wrong`` values (the trade-off). Per epoch: responses
 per training group, fraction of prompts skipped, and the share of informative prompts still screened, where a
 prompt's informativeness is the probability 1 - p^N - (1-p)^N that its N responses are mixed (a non-zero GRPO
-advantage), so share = sum over screened prompts / sum over offered prompts. "model" is the cost model's
-``memory_epoch_cost`` for the second epoch. Goal (issue 13): second epoch <= 20 responses per training group with
->= 0.8 of the informative prompts screened.
+advantage), so share = sum over screened prompts / sum over offered prompts, and the share trained: the same sum
+over the prompts whose group reached training (what the responses buy). "model" is the cost model's
+``second_epoch`` for the second epoch. Goal (issue 13): second epoch <= 20 responses per training group with
+>= 0.8 of the informative prompts screened. The last lines put the closed-form one-response probe (a rule that meets
+that goal) beside the skip rule at the same cost, by the share trained.
 
 Usage:
     .venv/bin/python scripts/bench_sampling.py [--N 16] [--n 4] [--train-batch-size 32] [--steps 200]
@@ -53,6 +55,7 @@ from verl_ext.curriculum.cost_model import (
     load_pass_histogram,
     memory_epoch_cost,
     oracle_cost,
+    second_epoch,
     two_phase_cost,
 )
 from verl_ext.curriculum.dataproto_ops import pad_to_multiple
@@ -144,6 +147,7 @@ class EpochStats:
     skipped: int = 0
     informative_offered: float = 0.0  # sum of P(N responses mixed) over offered prompts
     informative_screened: float = 0.0  # the same over screened prompts
+    informative_trained: float = 0.0  # the same over prompts whose group was trained
 
     @property
     def per_group(self) -> float:
@@ -152,6 +156,10 @@ class EpochStats:
     @property
     def share(self) -> float:
         return self.informative_screened / self.informative_offered if self.informative_offered else math.nan
+
+    @property
+    def trained_share(self) -> float:
+        return self.informative_trained / self.informative_offered if self.informative_offered else math.nan
 
 
 def run_epochs(mode, gen_batch_size, args, rates, memory: MemorySettings | None) -> list[EpochStats]:
@@ -173,11 +181,17 @@ def run_epochs(mode, gen_batch_size, args, rates, memory: MemorySettings | None)
     def epochs_of(uids) -> np.ndarray:
         return np.fromiter((epoch_of_uid[u] for u in uids), dtype=np.int64, count=len(uids))
 
+    def count_trained(groups: DataProto) -> None:
+        first_rows = groups.non_tensor_batch
+        prompt_epochs = epochs_of(first_rows["uid"][:: args.N])
+        prompts = first_rows["index"][:: args.N].astype(np.int64)
+        for e in np.unique(prompt_epochs):
+            stats[e].groups += int((prompt_epochs == e).sum())
+            stats[e].informative_trained += float(informative[prompts[prompt_epochs == e]].sum())
+
     def train(epoch):
-        batch = ctrl.get_training_data()
         steps[epoch] += 1
-        for e, count in zip(*np.unique(epochs_of(batch.non_tensor_batch["uid"][:: args.N]), return_counts=True)):
-            stats[e].groups += int(count)
+        count_trained(ctrl.get_training_data())
 
     def generate(epoch):
         gen_in = ctrl.get_generation_inputs()
@@ -207,10 +221,8 @@ def run_epochs(mode, gen_batch_size, args, rates, memory: MemorySettings | None)
     last = args.epochs - 1
     while ctrl.has_generation_inputs or ctrl.is_ready_for_training():  # the data is used up: finish what is held
         train(last) if ctrl.is_ready_for_training() else generate(last)
-    leftover = ctrl.prompts_for_training
-    if leftover is not None:
-        for e, count in zip(*np.unique(epochs_of(leftover.non_tensor_batch["uid"][:: args.N]), return_counts=True)):
-            stats[e].groups += int(count)
+    if ctrl.prompts_for_training is not None:
+        count_trained(ctrl.prompts_for_training)
     for e, s in enumerate(stats):
         s.steps = steps[e]
     return stats
@@ -237,9 +249,10 @@ def memory_part(args, dist) -> None:
     header = (
         f"{'mode':<26}{'gen_bs':>7}"
         + "".join(
-            f"{f'resp/grp e{e}':>13}{f'skip e{e}':>9}{f'inform e{e}':>11}{f'calls/step e{e}':>16}" for e in epochs
+            f"{f'resp/grp e{e}':>13}{f'skip e{e}':>9}{f'inform e{e}':>11}{f'trained e{e}':>12}{f'calls/step e{e}':>16}"
+            for e in epochs
         )
-        + f"{'resp/grp all':>13}{'model e2':>9}{'inform model':>13}"
+        + f"{'resp/grp all':>13}{'model e2':>9}{'inform model':>13}{'trained model':>14}"
     )
     print(header + "\n" + "-" * len(header))
     results = {}
@@ -249,15 +262,16 @@ def memory_part(args, dist) -> None:
         line = f"{label:<26}{gbs:>7}"
         for e in stats:
             calls = e.calls / e.steps if e.steps else math.nan
-            line += f"{e.per_group:>13.2f}{e.skipped / e.offered:>9.3f}{e.share:>11.3f}{calls:>16.3f}"
+            line += f"{e.per_group:>13.2f}{e.skipped / e.offered:>9.3f}{e.share:>11.3f}{e.trained_share:>12.3f}"
+            line += f"{calls:>16.3f}"
         total = sum(e.responses for e in stats) / max(sum(e.groups for e in stats), 1)
-        model_cost, model_share = "", ""
+        model = ["", "", ""]
         if mode == "fast":
             b_w = 0.0 if memory is None else min(memory.skip_all_wrong, memory.max_skip)
             b_c = 0.0 if memory is None else min(memory.skip_all_correct, memory.max_skip)
-            cost, share = memory_epoch_cost(dist, n, N, b_w, b_c)
-            model_cost, model_share = f"{cost:.2f}", f"{share:.3f}"
-        print(line + f"{total:>13.2f}{model_cost:>9}{model_share:>13}", flush=True)
+            m = second_epoch(dist, n, N, b_w, b_c)
+            model = [f"{m.cost:.2f}", f"{m.screened:.3f}", f"{m.trained:.3f}"]
+        print(line + f"{total:>13.2f}{model[0]:>9}{model[1]:>13}{model[2]:>14}", flush=True)
 
     if args.epochs >= 2:
         e2 = results["fast + memory (default)"][1]
@@ -288,6 +302,23 @@ def memory_part(args, dist) -> None:
                     f"{memory_epoch_cost(dist, n, N, b, 0.0)[0]:.2f} responses per group"
                 )
                 break
+        probe = second_epoch(dist, n, N, 0.3, default.skip_all_correct, probe_n=1)
+        b = _skip_all_wrong_of_cost(dist, n, N, default.skip_all_correct, probe.cost)
+        skip = second_epoch(dist, n, N, b, default.skip_all_correct)
+        print(
+            f"cost model, epoch 2, one-response probe of remembered prompts (skip_all_wrong 0.3): {probe.cost:.2f} "
+            f"responses per group, {probe.screened:.3f} screened, {probe.trained:.3f} trained; the skip rule at the "
+            f"same cost (skip_all_wrong {b:.2f}): {skip.screened:.3f} screened, {skip.trained:.3f} trained"
+        )
+
+
+def _skip_all_wrong_of_cost(dist, n, N, skip_all_correct, cost) -> float:
+    """The skip rule's skip_all_wrong at which the second epoch costs ``cost`` (bisection: cost falls as it rises)."""
+    lo, hi = 0.0, 0.99
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if second_epoch(dist, n, N, mid, skip_all_correct).cost > cost else (lo, mid)
+    return lo
 
 
 def main() -> None:

@@ -15,7 +15,10 @@ skip probabilities after one all-wrong / all-correct screening, each capped at m
     two-phase + memory = n E[s] / E[s keep_n(p)] + (N - n)
     informative screened = E[s mixed_N(p)] / E[mixed_N(p)],  mixed_N(p) = 1 - p^N - (1-p)^N
 
-("informative": its group of N responses would be mixed, i.e. give a non-zero GRPO advantage).
+    informative trained  = E[s keep_n(p) mixed_N(p)] / E[mixed_N(p)]
+
+("informative": its group of N responses would be mixed, i.e. give a non-zero GRPO advantage; "trained": it reaches
+a training group, which is what the responses buy).
 
 Histogram interpretation (a pass@32 dict as in the SPEED-RL experiment log,
 e.g. ``{'zeros': 0.34, 'ones': 0.0, '0.0-0.1': 0.26, ...}``): 'zeros' is a point mass at p = 0, 'ones' at p = 1,
@@ -128,26 +131,75 @@ def two_phase_cost(dist: PassRateDistribution, n: int, N: int) -> float:
     return n / keep + (N - n) if keep > 0 else math.inf
 
 
-def memory_epoch_cost(
-    dist: PassRateDistribution, n: int, N: int, skip_all_wrong: float, skip_all_correct: float
-) -> tuple[float, float]:
-    """(responses per training group, informative share screened) of two-phase sampling with the pass-rate memory,
-    in the epoch after each prompt was screened once (age 1, streak 1, pass rates unchanged): formulas above.
-    ``skip_all_wrong`` / ``skip_all_correct`` are the effective skip probabilities (already capped)."""
-    if not 1 <= n <= N:
-        raise ValueError(f"memory_epoch_cost needs 1 <= n <= N, got n={n}, N={N}")
+@dataclass(frozen=True)
+class SecondEpoch:
+    """Two-phase sampling in the epoch after every prompt was screened once (formulas in the module docstring).
 
-    def screened(p):
-        return 1.0 - skip_all_wrong * (1.0 - p) ** n - skip_all_correct * p**n
+    cost: responses per training group. screened: share of the informative prompts screened (any number of
+    responses). trained: share of the informative prompts that reach a training group: what the responses buy."""
+
+    cost: float
+    screened: float
+    trained: float
+
+
+def second_epoch(
+    dist: PassRateDistribution,
+    n: int,
+    N: int,
+    skip_all_wrong: float,
+    skip_all_correct: float,
+    probe_n: int | None = None,
+) -> SecondEpoch:
+    """The pass-rate memory's second epoch (age 1, streak 1, pass rates unchanged). ``skip_all_wrong`` /
+    ``skip_all_correct`` are the effective skip probabilities (already capped).
+
+    ``probe_n`` (analysis only, not a controller setting): a prompt remembered uniform and not skipped is screened
+    with ``probe_n`` responses instead of n and kept iff one of them contradicts the memory (its pooled pass rate is
+    then mixed), then given N - probe_n more. With probe_n = 1 a remembered prompt costs one response, which counts
+    as "screened", yet the share of informative prompts *trained* per response stays on the skip rule's curve
+    (docs/PASS_RATE_MEMORY.md): one response finds a rarely-right prompt as seldom as skipping it does."""
+    if not 1 <= n <= N:
+        raise ValueError(f"second_epoch needs 1 <= n <= N, got n={n}, N={N}")
+    if probe_n is not None and not 1 <= probe_n <= n:
+        raise ValueError(f"second_epoch needs 1 <= probe_n <= n, got probe_n={probe_n}, n={n}")
 
     def mixed(p, k):
         return 1.0 - p**k - (1.0 - p) ** k
 
-    kept = dist.expect(lambda p: screened(p) * mixed(p, n))
-    cost = n * dist.expect(screened) / kept + (N - n) if kept > 0 else math.inf
+    def parts(p):  # (responses, kept) per offered prompt of pass rate p
+        wrong, right = (1.0 - p) ** n, p**n  # epoch 1's screening outcomes
+        rest = 1.0 - wrong - right
+        screened_w, screened_r = (1.0 - skip_all_wrong) * wrong, (1.0 - skip_all_correct) * right
+        if probe_n is None:
+            kept = (rest + screened_w + screened_r) * mixed(p, n)
+            return n * (rest + screened_w + screened_r) + (N - n) * kept, kept
+        kept_w, kept_r = screened_w * (1.0 - (1.0 - p) ** probe_n), screened_r * (1.0 - p**probe_n)
+        kept_m = rest * mixed(p, n)
+        responses = n * rest + (N - n) * kept_m + probe_n * (screened_w + screened_r)
+        return responses + (N - probe_n) * (kept_w + kept_r), kept_m + kept_w + kept_r
+
+    def screened(p):
+        return 1.0 - skip_all_wrong * (1.0 - p) ** n - skip_all_correct * p**n
+
+    kept = dist.expect(lambda p: parts(p)[1])
+    cost = dist.expect(lambda p: parts(p)[0]) / kept if kept > 0 else math.inf
     informative = dist.expect(lambda p: mixed(p, N))
-    share = dist.expect(lambda p: screened(p) * mixed(p, N)) / informative if informative > 0 else math.nan
-    return cost, share
+    if informative <= 0:
+        return SecondEpoch(cost, math.nan, math.nan)
+    return SecondEpoch(
+        cost,
+        dist.expect(lambda p: screened(p) * mixed(p, N)) / informative,
+        dist.expect(lambda p: parts(p)[1] * mixed(p, N)) / informative,
+    )
+
+
+def memory_epoch_cost(
+    dist: PassRateDistribution, n: int, N: int, skip_all_wrong: float, skip_all_correct: float
+) -> tuple[float, float]:
+    """(responses per training group, informative share screened) of ``second_epoch`` with the memory's rule."""
+    e = second_epoch(dist, n, N, skip_all_wrong, skip_all_correct)
+    return e.cost, e.screened
 
 
 def oracle_cost(N: int) -> float:
