@@ -111,3 +111,8 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     # every prompt offered is screened or skipped by the memory; more than one epoch was offered
     offered = rows[-1]["curriculum/prompts_screened"] + rows[-1]["curriculum/prompts_skipped_by_memory"]
     assert offered % GEN_BATCH == 0 and offered > PROMPTS
+
+    # 3) val_only on the finished run's checkpoint (step 4, whose row exists): validates and stops, the log unchanged
+    # (it used to try to log step 4 a second time and fail).
+    run_task_runner(ExtTaskRunner, _config([*_overrides(out, 4, 2), "trainer.val_only=true"]))
+    assert read_jsonl(out / "metrics.jsonl") == rows
