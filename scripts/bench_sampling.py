@@ -56,6 +56,7 @@ from verl_ext.curriculum.cost_model import (
     memory_epoch_cost,
     oracle_cost,
     second_epoch,
+    skip_all_wrong_at_cost,
     two_phase_cost,
 )
 from verl_ext.curriculum.dataproto_ops import pad_to_multiple
@@ -303,22 +304,13 @@ def memory_part(args, dist) -> None:
                 )
                 break
         probe = second_epoch(dist, n, N, 0.3, default.skip_all_correct, probe_n=1)
-        b = _skip_all_wrong_of_cost(dist, n, N, default.skip_all_correct, probe.cost)
+        b = skip_all_wrong_at_cost(dist, n, N, default.skip_all_correct, probe.cost)
         skip = second_epoch(dist, n, N, b, default.skip_all_correct)
         print(
             f"cost model, epoch 2, one-response probe of remembered prompts (skip_all_wrong 0.3): {probe.cost:.2f} "
             f"responses per group, {probe.screened:.3f} screened, {probe.trained:.3f} trained; the skip rule at the "
             f"same cost (skip_all_wrong {b:.2f}): {skip.screened:.3f} screened, {skip.trained:.3f} trained"
         )
-
-
-def _skip_all_wrong_of_cost(dist, n, N, skip_all_correct, cost) -> float:
-    """The skip rule's skip_all_wrong at which the second epoch costs ``cost`` (bisection: cost falls as it rises)."""
-    lo, hi = 0.0, 0.99
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if second_epoch(dist, n, N, mid, skip_all_correct).cost > cost else (lo, mid)
-    return lo
 
 
 def main() -> None:

@@ -144,6 +144,7 @@ class CheckpointedLoop(Loop):
             )
             yield rows, {"training/epoch": 0}, {}
 
+    # the trainer base's part of the extension state: none here (the agent mixin adds its own key on top)
     def extra_state_dict(self) -> dict:
         return {}
 

@@ -14,6 +14,7 @@ from verl_ext.curriculum.cost_model import (
     oracle_cost,
     parse_pass_histogram,
     second_epoch,
+    skip_all_wrong_at_cost,
     two_phase_cost,
 )
 
@@ -201,11 +202,7 @@ def test_a_one_response_probe_meets_the_screened_goal_but_trains_no_more_than_sk
     dist = parse_pass_histogram(SPEED_RL_HISTOGRAM)
     probe = second_epoch(dist, 4, 16, 0.3, 0.6, probe_n=1)
     assert probe.cost <= 20 and probe.screened >= 0.8
-    lo, hi = 0.0, 0.99  # the skip rule's skip_all_wrong of the same cost (cost falls as it rises)
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if second_epoch(dist, 4, 16, mid, 0.6).cost > probe.cost else (lo, mid)
-    skip = second_epoch(dist, 4, 16, lo, 0.6)
+    skip = second_epoch(dist, 4, 16, skip_all_wrong_at_cost(dist, 4, 16, 0.6, probe.cost), 0.6)
     assert skip.cost == pytest.approx(probe.cost, abs=1e-3)
     assert skip.screened < 0.7 and abs(skip.trained - probe.trained) < 0.01
     assert second_epoch(dist, 4, 16, 0.0, 0.0).trained < 0.6  # even screening everything trains < 0.6 of them

@@ -167,20 +167,19 @@ def second_epoch(
     def mixed(p, k):
         return 1.0 - p**k - (1.0 - p) ** k
 
-    def parts(p):  # (responses, kept) per offered prompt of pass rate p
+    def parts(p):  # (responses, kept, screened) per offered prompt of pass rate p
         wrong, right = (1.0 - p) ** n, p**n  # epoch 1's screening outcomes
         rest = 1.0 - wrong - right
         screened_w, screened_r = (1.0 - skip_all_wrong) * wrong, (1.0 - skip_all_correct) * right
+        screened = rest + screened_w + screened_r
         if probe_n is None:
-            kept = (rest + screened_w + screened_r) * mixed(p, n)
-            return n * (rest + screened_w + screened_r) + (N - n) * kept, kept
+            kept = screened * mixed(p, n)
+            return n * screened + (N - n) * kept, kept, screened
         kept_w, kept_r = screened_w * (1.0 - (1.0 - p) ** probe_n), screened_r * (1.0 - p**probe_n)
         kept_m = rest * mixed(p, n)
-        responses = n * rest + (N - n) * kept_m + probe_n * (screened_w + screened_r)
-        return responses + (N - probe_n) * (kept_w + kept_r), kept_m + kept_w + kept_r
-
-    def screened(p):
-        return 1.0 - skip_all_wrong * (1.0 - p) ** n - skip_all_correct * p**n
+        responses = n * rest + (N - n) * kept_m
+        responses += probe_n * (screened_w + screened_r) + (N - probe_n) * (kept_w + kept_r)
+        return responses, kept_m + kept_w + kept_r, screened
 
     kept = dist.expect(lambda p: parts(p)[1])
     cost = dist.expect(lambda p: parts(p)[0]) / kept if kept > 0 else math.inf
@@ -189,9 +188,19 @@ def second_epoch(
         return SecondEpoch(cost, math.nan, math.nan)
     return SecondEpoch(
         cost,
-        dist.expect(lambda p: screened(p) * mixed(p, N)) / informative,
+        dist.expect(lambda p: parts(p)[2] * mixed(p, N)) / informative,
         dist.expect(lambda p: parts(p)[1] * mixed(p, N)) / informative,
     )
+
+
+def skip_all_wrong_at_cost(dist: PassRateDistribution, n: int, N: int, skip_all_correct: float, cost: float) -> float:
+    """The skip rule's ``skip_all_wrong`` in [0, 0.99] at which ``second_epoch`` costs ``cost`` responses per group
+    (bisection: the cost falls as skip_all_wrong rises; an end of the interval when ``cost`` is out of its range)."""
+    lo, hi = 0.0, 0.99
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if second_epoch(dist, n, N, mid, skip_all_correct).cost > cost else (lo, mid)
+    return lo
 
 
 def memory_epoch_cost(

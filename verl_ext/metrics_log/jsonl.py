@@ -50,7 +50,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 def truncate_after(path: str | Path, step: int) -> int:
     """Keep only complete lines with ``step`` <= ``step`` (atomic rewrite). Returns the number of lines kept."""
-    path = Path(path)
+    return len(_truncate(Path(path), step))
+
+
+def _truncate(path: Path, step: int) -> list[dict]:
     kept = [r for r in _parse(path) if r["step"] <= step]
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
@@ -58,7 +61,7 @@ def truncate_after(path: str | Path, step: int) -> int:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    return len(kept)
+    return kept
 
 
 def _parse(path: Path) -> list[dict]:
@@ -98,8 +101,8 @@ class JsonlMetricsWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # A fresh run (0) keeps nothing, so it may log step 0 (validation before training) itself.
-        truncate_after(self.path, int(resume_from_step) if resume_from_step > 0 else -1)
-        self.last_step = max((r["step"] for r in _parse(self.path)), default=-1)
+        kept = _truncate(self.path, int(resume_from_step) if resume_from_step > 0 else -1)
+        self.last_step = max((r["step"] for r in kept), default=-1)
         self.fsync = fsync
         self._file = open(self.path, "a")
 

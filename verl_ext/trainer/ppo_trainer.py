@@ -479,12 +479,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 with marked_timer("step", timing_raw):
                     batch = self.train_on_batch(batch, metrics, timing_raw)
                     metrics.update(self._batch_metrics(batch, metrics))
-                    row_so_far = {
-                        "step": self.global_steps,
-                        "validates": validates,
-                        "metrics": {**metrics, **compute_timing_metrics(batch=batch, timing_raw=timing_raw)},
-                    }
-                    self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start, row_so_far)
+                    self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start, (batch, metrics, validates))
                     self.sync_weights(timing_raw)
                 if validates:
                     with marked_timer("testing", timing_raw, color="green"):
@@ -512,14 +507,20 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             self._close_run(plot=self.plot_keys and sys.exc_info()[0] is None)
 
     def _maybe_save_checkpoint(
-        self, is_last: bool, timing_raw: dict, time_base: float, fit_start: float, row_so_far: dict | None = None
+        self,
+        is_last: bool,
+        timing_raw: dict,
+        time_base: float,
+        fit_start: float,
+        step_so_far: tuple[DataProto, dict, bool] | None = None,
     ) -> None:
         """Save on the last step, every `save_freq` steps, and (verl's ESI check) when the capacity block this job
         runs on is about to expire.
 
         As in verl, the save comes before the weight sync and validation (the rollout still sleeps: on a GPU shared
-        with it the actor has the memory to itself), so before the step's metrics row can be written. `row_so_far`
-        (`{"step", "validates", "metrics"}`) goes into the checkpoint so that a crash in between leaves no gap."""
+        with it the actor has the memory to itself), so before the step's metrics row can be written. The row so far,
+        from `step_so_far` = (batch, metrics, whether the step validates), goes into the checkpoint so that a crash
+        in between leaves no gap (`_recover_row`)."""
         save_freq = self.config.trainer.save_freq
         if save_freq <= 0:
             return
@@ -531,9 +532,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 print("[verl_ext] force saving a checkpoint: the instance's capacity block expires soon")
             with marked_timer("save_checkpoint", timing_raw, color="green"):
                 self.train_time_s = time_base + time.monotonic() - fit_start
-                if row_so_far is not None:
+                if step_so_far is not None:
+                    batch, metrics, validates = step_so_far
                     times = {"time/wall": time.time(), "time/train_total_s": self.train_time_s}
-                    self._row_so_far = {**row_so_far, "metrics": {**row_so_far["metrics"], **times}}
+                    row = {**metrics, **compute_timing_metrics(batch=batch, timing_raw=timing_raw), **times}
+                    self._row_so_far = {"step": self.global_steps, "validates": validates, "metrics": row}
                 try:
                     self._save_checkpoint()
                 finally:
