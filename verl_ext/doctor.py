@@ -243,9 +243,20 @@ def report(stack: Stack) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m verl_ext.doctor", description=__doc__.split("\n\n")[0]).parse_args(argv)
-    text, code = report(collect())
+    parser = argparse.ArgumentParser(prog="python -m verl_ext.doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--require-backend",
+        choices=("gpu", "cpu"),
+        help="also exit 1 unless a run would use this backend (the GPU run scripts pass gpu)",
+    )
+    args = parser.parse_args(argv)
+    stack = collect()
+    text, code = report(stack)
     print(text)
+    backend, _ = run_backend(stack)
+    if args.require_backend and backend != args.require_backend:
+        print(f"install check: this needs the {args.require_backend} backend, the install gives {backend or 'none'}")
+        code = 1
     return code
 
 
