@@ -20,6 +20,8 @@ from verl_ext.campaign.summary import (
     first_reach,
     resolve_target,
     seed_band,
+    speedup_markdown,
+    speedup_table,
 )
 from verl_ext.metrics_log import JsonlMetricsWriter
 
@@ -151,3 +153,30 @@ def test_report_cli_on_real_logs(tmp_path, campaign):
     assert "never_ran_s0" in res.stdout  # runs without a log are named
     bad = subprocess.run(cmd + ["--keys", "no/such/*"], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode != 0 and "no/such/*" in bad.stderr
+
+
+def _reach_run(step: int | None, tokens_per_step: float, steps: int = 6) -> list[dict]:
+    """Validation 0 until `step` (None: never), then 1; tokens grow linearly."""
+    recs = [{"step": 0, VAL: 0.0}]
+    for s in range(1, steps + 1):
+        recs.append({"step": s, TOK: tokens_per_step * s, VAL: float(step is not None and s >= step)})
+    return recs
+
+
+def test_speedup_is_the_paired_ratio_of_costs_and_counts_the_runs_that_never_reached():
+    # seeds 0-2: both reach (fast at step 2 with 100 tokens/step, plain at 3 with 150+10s); seed 3: plain never does;
+    # seed 4: fast only ran
+    campaign = {
+        "fast": {s: _reach_run(2, 100.0) for s in range(5)},
+        "plain": {s: _reach_run(3, 150.0 + 10 * s) for s in range(3)} | {3: _reach_run(None, 150.0)},
+    }
+    (row,) = speedup_table(campaign, VAL, 0.5, TOK, [("fast", "plain")], n_boot=500)
+    fast_costs = [200.0] * 3
+    plain_costs = [3 * (150.0 + 10 * s) for s in range(3)]
+    assert row.ratio.ratio == pytest.approx(np.mean(fast_costs) / np.mean(plain_costs))
+    assert (row.pairs, row.ratio.n, row.only_condition, row.only_reference, row.neither) == (4, 3, 1, 0, 0)
+    assert row.ratio.low <= row.ratio.ratio <= row.ratio.high < 1.0
+    md = speedup_markdown(VAL, 0.5, "generated tokens", [row])
+    assert "| fast / plain | 0.417 |" in md and "| 3/4 | 1 | 0 | 0 |" in md
+    with pytest.raises(KeyError, match="dapo"):
+        speedup_table(campaign, VAL, 0.5, TOK, [("fast", "dapo")])

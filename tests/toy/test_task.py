@@ -36,8 +36,9 @@ def test_data_is_uniform_over_digits_and_prompts_hold_their_digit(tmp_path):
         assert re.findall(r"\d", prompt[0]["content"]) == [r["ground_truth"]]
 
 
-def test_warmup_mixes_the_right_digit_with_the_off_by_one_mistake_at_the_stated_rates():
-    examples = task.warmup_examples(seed=0, size=20000)
+@pytest.mark.parametrize("profile", sorted(task.WARMUP_PROFILES))
+def test_warmup_mixes_the_right_digit_with_the_off_by_one_mistake_at_the_stated_rates(profile):
+    examples = task.warmup_examples(seed=0, size=20000, profile=profile)
     right, total = Counter(), Counter()
     for prompt, answer in examples:
         d = int(re.search(r"\d", prompt).group())
@@ -46,9 +47,17 @@ def test_warmup_mixes_the_right_digit_with_the_off_by_one_mistake_at_the_stated_
         total[d] += 1
         right[d] += shown == d
     for d in range(10):
-        assert right[d] / total[d] == pytest.approx(task.WARMUP_CORRECT_RATE[d], abs=0.04)
+        assert right[d] / total[d] == pytest.approx(task.WARMUP_PROFILES[profile][d], abs=0.04)
     clean = task.warmup_examples(seed=0, size=500, mistakes=False)
     assert all(re.search(r"\d", p).group() == re.search(r"\\boxed\{(\d+)\}", a).group(1) for p, a in clean)
+
+
+def test_heavy_tail_profile_has_the_advertised_shape_and_unknown_profiles_are_refused():
+    rates = task.WARMUP_PROFILES["heavy_tail"]
+    assert sum(r == 1.0 for r in rates) == 2 and sum(r == 0.0 for r in rates) == 5  # a fifth right, half wrong
+    assert all(0 < r < 0.5 for r in rates if r not in (0.0, 1.0))  # the rest mixed and low
+    with pytest.raises(ValueError, match="heavy_tail"):
+        task.warmup_examples(seed=0, profile="steep")
 
 
 def test_reward():

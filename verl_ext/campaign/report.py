@@ -3,7 +3,8 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
 
     .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
         [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@1'] [--baseline grpo+none] \
-        [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@1'] [--bootstrap 10000]
+        [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@1'] [--bootstrap 10000] \
+        [--speedup fast:plain fast:dapo]
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
 std) and <out-root>/<name>/report.md (also printed), ready to paste into a README. Keys are fnmatch patterns; the
@@ -32,6 +33,8 @@ from verl_ext.campaign.summary import (
     final_table,
     resolve_target,
     seed_band,
+    speedup_markdown,
+    speedup_table,
 )
 from verl_ext.metrics_log.jsonl import read_jsonl
 
@@ -120,12 +123,19 @@ def build_markdown(
     tokens_key: str,
     time_key: str,
     bootstrap: int = 0,
+    speedups: Sequence[tuple[str, str]] = (),
 ) -> str:
     parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
     if target_key is not None:
         goal = resolve_target(campaign, target_key, target, target_frac)
         costs = {tokens_key: "generated tokens", time_key: "training time (s)"}
         parts.append(cost_markdown(target_key, goal, cost_table(campaign, target_key, goal, list(costs)), costs))
+        for cost_key, label in costs.items():
+            if speedups:
+                rows = speedup_table(campaign, target_key, goal, cost_key, speedups)
+                parts.append(speedup_markdown(target_key, goal, label, rows))
+    elif speedups:
+        raise ValueError("--speedup needs a target key (--target-key) that the runs logged")
     return "\n\n".join(parts) + "\n"
 
 
@@ -159,6 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--tokens-key", default=TOKENS_KEY, help="cumulative generated-token count")
     p.add_argument("--time-key", default=TIME_KEY, help="cumulative training wall time in seconds")
     p.add_argument("--bootstrap", type=int, default=0, help="add a bootstrap CI of the difference with this many draws")
+    p.add_argument(
+        "--speedup",
+        nargs="+",
+        default=[],
+        metavar="COND:REF",
+        help="cost-to-target ratios of COND over REF, paired by seed, with bootstrap CIs (e.g. fast:plain fast:dapo)",
+    )
     p.add_argument("--png", help="default <out-root>/<name>/report.png")
     p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
     args = p.parse_args(argv)
@@ -177,9 +194,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"the runs logged none of the default keys {DEFAULT_KEYS}; pass --keys")
     target_key = _one_key(args.target_key or DEFAULT_TARGET_KEY, campaign, required=bool(args.target_key))
     target_frac = 0.9 if args.target is None and args.target_frac is None else args.target_frac
+    speedups = [tuple(pair.split(":", 1)) for pair in args.speedup]
+    for pair in speedups:
+        if len(pair) != 2 or not set(pair) <= set(spec.conditions):
+            raise SystemExit(f"--speedup {':'.join(pair)}: give COND:REF with conditions of {list(spec.conditions)}")
 
     md = build_markdown(
-        campaign, keys, baseline, target_key, args.target, target_frac, args.tokens_key, args.time_key, args.bootstrap
+        campaign,
+        keys,
+        baseline,
+        target_key,
+        args.target,
+        target_frac,
+        args.tokens_key,
+        args.time_key,
+        args.bootstrap,
+        speedups,
     )
     out_dir = Path(args.out_root) / spec.name
     seeds = sorted({s for runs in campaign.values() for s in runs})

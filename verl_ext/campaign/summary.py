@@ -13,6 +13,10 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   training) costs 0. The target is absolute, or a fraction of the best condition's mean final value, so conditions
   are compared at the same accuracy: "how much did it take to get there", the figure of merit of curriculum sampling
   (SPEED-RL reports its speed-up this way). Runs that never reach it are counted, not averaged.
+- Speed-up of a condition over a reference: over the seeds both ran (a seed pairs the runs: same prompt order and
+  initial model), the ratio of mean cost to the target with a paired bootstrap CI (stats.paired_ratio_ci), on the
+  pairs where both runs reached it; pairs where only one did are counted beside it (their cost to target is not
+  known, only bounded by the run's total).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from verl_ext.campaign.stats import Summary, bootstrap_diff_ci, summarize, welch_t_test
+from verl_ext.campaign.stats import RatioResult, Summary, bootstrap_diff_ci, paired_ratio_ci, summarize, welch_t_test
 
 Records = Sequence[Mapping]
 Campaign = Mapping[str, Mapping[int, Records]]  # condition -> seed -> records
@@ -175,6 +179,43 @@ def cost_table(campaign: Campaign, key: str, target: float, cost_keys: Sequence[
     return rows
 
 
+@dataclass(frozen=True)
+class SpeedupRow:
+    condition: str
+    reference: str
+    pairs: int  # seeds both conditions ran
+    only_condition: int  # pairs where only the condition reached the target
+    only_reference: int  # pairs where only the reference reached it
+    neither: int
+    ratio: RatioResult  # mean cost of the condition / of the reference, over the pairs where both reached it
+
+
+def speedup_table(
+    campaign: Campaign, key: str, target: float, cost_key: str, pairs: Sequence[tuple[str, str]], n_boot: int = 10_000
+) -> list[SpeedupRow]:
+    rows = []
+    for cond, ref in pairs:
+        for c in (cond, ref):
+            if c not in campaign:
+                raise KeyError(f"condition {c!r} has no runs; conditions with runs: {list(campaign)}")
+        seeds = sorted(set(campaign[cond]) & set(campaign[ref]))
+        reach = {(c, s): first_reach(campaign[c][s], key, target, [cost_key]) for c in (cond, ref) for s in seeds}
+        both = [s for s in seeds if reach[cond, s] and reach[ref, s]]
+        costs = [(reach[cond, s].costs[cost_key], reach[ref, s].costs[cost_key]) for s in both]
+        rows.append(
+            SpeedupRow(
+                cond,
+                ref,
+                len(seeds),
+                sum(1 for s in seeds if reach[cond, s] and not reach[ref, s]),
+                sum(1 for s in seeds if reach[ref, s] and not reach[cond, s]),
+                sum(1 for s in seeds if not reach[cond, s] and not reach[ref, s]),
+                paired_ratio_ci([a for a, _ in costs], [b for _, b in costs], n_boot=n_boot),
+            )
+        )
+    return rows
+
+
 # ---------------------------------------------------------------- markdown
 
 
@@ -223,4 +264,21 @@ def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels:
     for r in rows:
         cells = [r.condition, f"{r.reached}/{r.n}", _mean_std(r.step), *(_mean_std(r.costs[c]) for c in cost_labels)]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speedup_markdown(key: str, target: float, cost_label: str, rows: Sequence[SpeedupRow]) -> str:
+    lines = [
+        f"Cost ratio to reach `{key}` >= {target:.3f} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
+        "condition is cheaper)",
+        "",
+        "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ci = f"[{r.ratio.low:.3f}, {r.ratio.high:.3f}]" if math.isfinite(r.ratio.low) else "-"
+        lines.append(
+            f"| {r.condition} / {r.reference} | {_num(r.ratio.ratio)} | {ci} | {r.ratio.n}/{r.pairs} | "
+            f"{r.only_condition} | {r.only_reference} | {r.neither} |"
+        )
     return "\n".join(lines)

@@ -39,11 +39,17 @@ class TinySpec:
     mistake_steps: int = 100
     warmup_lr: float = 1e-3
     data_version: int = 6  # bump when the toy task or its warm-up changes (part of the cache key)
+    # The warm-up's per-digit correct rates (verl_ext.toy.task.WARMUP_PROFILES): "flat" (every digit mixed, the
+    # demo) or "heavy_tail" (half the prompts all-wrong, a fifth all-right: where curriculum sampling should pay).
+    difficulty: str = "flat"
     train_size: int = 512
     val_size: int = 100
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        params = asdict(self)
+        if params["difficulty"] == "flat":
+            del params["difficulty"]  # the key of the assets built before profiles existed
+        return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def _build(spec: TinySpec, out: Path) -> None:
         clean = task.warmup_examples(spec.seed, mistakes=False)
         model.warm_up(lm, tok, clean, steps=spec.warmup_steps, seed=spec.seed, lr=spec.warmup_lr)
     if spec.mistake_steps:
-        mixed = task.warmup_examples(spec.seed)
+        mixed = task.warmup_examples(spec.seed, profile=spec.difficulty)
         model.warm_up(lm, tok, mixed, steps=spec.mistake_steps, seed=spec.seed + 1, lr=spec.warmup_lr)
     lm.save_pretrained(out / "model", safe_serialization=True)
     tok.save_pretrained(out / "model")
@@ -119,5 +125,6 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description="Build the tiny CPU assets and print their directory.")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--difficulty", default="flat", help="warm-up profile: flat or heavy_tail")
     args = p.parse_args()
-    print(ensure_tiny_assets(TinySpec(seed=args.seed), args.cache_dir).root)
+    print(ensure_tiny_assets(TinySpec(seed=args.seed, difficulty=args.difficulty), args.cache_dir).root)

@@ -1,15 +1,19 @@
 """OmegaConf resolvers so configs can point at the tiny assets without knowing the cache path:
-`${tiny_assets:model}`, `${tiny_assets:train}`, `${tiny_assets:val}` (built on first use)."""
+`${tiny_assets:model}`, `${tiny_assets:train}`, `${tiny_assets:val}` (built on first use); a second argument picks
+the warm-up's difficulty profile: `${tiny_assets:model,heavy_tail}` (default flat)."""
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
 
-def _tiny_assets(what: str) -> str:
-    from verl_ext.toy import ensure_tiny_assets
+def _tiny_assets(what: str, difficulty: str = "flat") -> str:
+    from verl_ext.toy.assets import TinySpec, ensure_tiny_assets
+    from verl_ext.toy.task import WARMUP_PROFILES
 
-    a = ensure_tiny_assets()
+    if difficulty not in WARMUP_PROFILES:
+        raise ValueError(f"${{tiny_assets:{what},{difficulty}}}: difficulty is one of {sorted(WARMUP_PROFILES)}")
+    a = ensure_tiny_assets(TinySpec(difficulty=difficulty))
     paths = {"model": a.model_dir, "train": a.train_file, "val": a.val_file, "root": a.root}
     if what not in paths:
         raise ValueError(f"${{tiny_assets:{what}}}: choose one of {sorted(paths)}")

@@ -1,5 +1,16 @@
 """The toy task for CPU runs: copy a digit from the prompt into `\\boxed{}`, with headroom for RL.
 
+Two difficulty profiles share the task, the data and the reward and differ only in the warm-up
+(`WARMUP_PROFILES`):
+
+- ``flat`` (the demo's default): every digit starts with a mixed pass rate (0.6 for 0 down to 0.15 for 9).
+- ``heavy_tail`` (where two-phase curriculum sampling should pay): digits 0-1 are right almost always, 2-4 sometimes
+  (0.4, 0.2, 0.08) and 5-9 never: about half the prompts start all-wrong and a fifth all-right at 16 samples, the
+  pass-rate shape reported for Qwen2.5-Math-1.5B on DAPO-Math-17k (docs/CURRICULUM.md). The difficulty shares its
+  structure: every wrong answer is the same off-by-one shift, laid by one warm-up stage over one copy circuit that
+  serves every digit, so RL that pushes the mixed digits from the shift to the copy can also lift the all-wrong
+  ones (whether and how fast it does is measured, not assumed: docs/CURRICULUM.md).
+
 Digits 0-9 are drawn uniformly, so the best constant answer passes about 1/10 of the prompts (exactly: the share of
 the most frequent digit in the set, `constant_answer_baseline`). The asset build warms the random-init model up by
 SFT in two stages: right answers only (the format and the copy), then the same prompts with a systematic mistake:
@@ -26,7 +37,11 @@ _TEMPLATES = [
     "The digit is {d}; write it in \\boxed{{}}.",
 ]
 # Share of warm-up answers that are right, per digit; the rest show the off-by-one digit (d + 1) mod 10.
-WARMUP_CORRECT_RATE = tuple(round(0.6 - 0.05 * d, 2) for d in range(NUM_DIGITS))
+WARMUP_PROFILES = {
+    "flat": tuple(round(0.6 - 0.05 * d, 2) for d in range(NUM_DIGITS)),
+    "heavy_tail": (1.0, 1.0, 0.4, 0.2, 0.08, 0.0, 0.0, 0.0, 0.0, 0.0),
+}
+WARMUP_CORRECT_RATE = WARMUP_PROFILES["flat"]
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
@@ -60,14 +75,17 @@ def tokenizer_corpus(seed: int) -> list[str]:
     return lines
 
 
-def warmup_examples(seed: int, size: int = 4000, mistakes: bool = True) -> list[tuple[str, str]]:
+def warmup_examples(seed: int, size: int = 4000, mistakes: bool = True, profile: str = "flat") -> list[tuple[str, str]]:
     """(prompt, shown answer) pairs. mistakes=False: always the right digit (the first warm-up stage, which teaches
-    the format and the copy); True: the right digit with WARMUP_CORRECT_RATE[d], else the off-by-one digit."""
+    the format and the copy); True: the right digit with WARMUP_PROFILES[profile][d], else the off-by-one digit."""
+    if profile not in WARMUP_PROFILES:
+        raise ValueError(f"unknown toy difficulty profile {profile!r}: choose one of {sorted(WARMUP_PROFILES)}")
+    rates = WARMUP_PROFILES[profile]
     rng = random.Random(seed + (17 if mistakes else 29))
     out = []
     for _ in range(size):
         d = rng.randrange(NUM_DIGITS)
-        shown = d if not mistakes or rng.random() < WARMUP_CORRECT_RATE[d] else (d + 1) % NUM_DIGITS
+        shown = d if not mistakes or rng.random() < rates[d] else (d + 1) % NUM_DIGITS
         out.append((make_prompt(d, rng.randrange(3)), answer_text(shown)))
     return out
 

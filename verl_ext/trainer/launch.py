@@ -8,10 +8,10 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 
-def _tiny_assets(what: str) -> str:
+def _tiny_assets(what: str, difficulty: str = "flat") -> str:
     from verl_ext.toy.resolvers import _tiny_assets as resolve  # the toy package's resolver, imported on first use
 
-    return resolve(what)
+    return resolve(what, difficulty)
 
 
 def register_lazy_resolvers() -> None:

@@ -1,0 +1,38 @@
+"""The pass-rate probe: `python -m recipe.fast_dapo.probe [hydra overrides]` (config: config/probe.yaml).
+
+Takes the same overrides as `recipe.fast_dapo.main` and samples `probe.k` responses per training prompt with the run's
+model, rollout and reward, then prints and writes the pass@k histogram and the cost model's prediction
+(verl_ext/trainer/probe.py). On the CPU demo's heavy-tailed task:
+
+    python -m recipe.fast_dapo.probe +preset=cpu_demo probe.k=16 'data.train_files=${tiny_assets:train,heavy_tail}' \
+        'actor_rollout_ref.model.path=${tiny_assets:model,heavy_tail}'
+"""
+
+from __future__ import annotations
+
+import hydra
+
+from verl_ext.trainer.launch import register_lazy_resolvers
+
+register_lazy_resolvers()
+
+
+@hydra.main(config_path="config", config_name="probe", version_base=None)
+def main(config):
+    from verl.utils.device import auto_set_device
+
+    from recipe.fast_dapo.config_check import prepare_config
+    from verl_ext.config.errors import ConfigError
+    from verl_ext.trainer.launch import run
+
+    auto_set_device(config)
+    prepare_config(config)
+    if int(config.probe.k) < 1 or int(config.probe.prompts_per_call) < 1:
+        raise ConfigError(
+            f"probe.k and probe.prompts_per_call must be >= 1, got {config.probe.k}, {config.probe.prompts_per_call}"
+        )
+    run(config)
+
+
+if __name__ == "__main__":
+    main()

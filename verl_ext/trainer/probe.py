@@ -1,0 +1,165 @@
+"""Pass-rate probe: sample k responses for every prompt of a data set through verl's rollout, score them with the
+configured reward, and say what the histogram predicts for plain, dapo and fast sampling (the SPEED-RL experiment
+log's "Initial Test to Dataset", as a command: `python -m recipe.fast_dapo.probe`, docs/CURRICULUM.md).
+
+The trainer class is the project's trainer with a `fit` that trains nothing: the workers, the rollout servers, the
+weight sync and the reward are verl's, started exactly as a training run starts them, so the probe measures the
+policy a run with the same overrides would start from. The arithmetic is in `verl_ext.curriculum.pass_rates`.
+
+Outputs in `probe.out_dir`: `pass_rates.jsonl` (one line per prompt: index, memory key, k, correct),
+`probe.json` (pass@1, the pass@k histogram, the prediction), `probe.png` (the histogram).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+from verl import DataProto
+
+from verl_ext.curriculum.memory import prompt_keys
+from verl_ext.curriculum.pass_rates import BINS, pass_histogram, predict_costs
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+
+PASS_RATES_FILE = "pass_rates.jsonl"
+SUMMARY_FILE = "probe.json"
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    k: int  # responses per prompt
+    prompts_per_call: int  # prompts per generation call
+    out_dir: Path
+    metric: str  # the reward key that says "right" (curriculum.filter_metric)
+
+    @classmethod
+    def from_config(cls, cfg) -> ProbeSettings:
+        p = cfg.probe
+        return cls(int(p.k), int(p.prompts_per_call), Path(p.out_dir), str(cfg.curriculum.get("filter_metric", "acc")))
+
+
+class PassRateProbeTrainer(ExtRayPPOTrainer):
+    def fit(self):
+        s = ProbeSettings.from_config(self.config)
+        self.checkpoint_manager.update_weights(0)  # the rollout servers start without the actor's weights
+        self._rollout_awake = True
+        counts, index, keys = self._sample(s)
+        summary = self._summary(s, counts)
+        write_outputs(s.out_dir, summary, counts, index, keys)
+        print(format_summary(summary, s.out_dir))
+
+    def _sample(self, s: ProbeSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from torch.utils.data import DataLoader
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        loader = DataLoader(self.train_dataset, batch_size=s.prompts_per_call, shuffle=False, collate_fn=collate_fn)
+        key_column = self.config.curriculum.get("memory", {}).get("key", "raw_prompt")
+        counts, index, keys = [], [], []
+        for batch_dict in tqdm(loader, desc=f"probe: {s.k} responses per prompt", unit="call"):
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            nt = batch.non_tensor_batch
+            index.extend(_row_index(nt, len(batch), start=len(counts)))
+            keys.extend(prompt_keys(nt[key_column]).tolist() if key_column in nt else [None] * len(batch))
+            out = self.generate(self._get_gen_batch(batch).repeat(repeat_times=s.k, interleave=True), {})
+            right = _right(out, s.metric).reshape(len(batch), s.k)
+            counts.extend(right.sum(axis=1).astype(int).tolist())
+        return np.array(counts), np.array(index), np.array(keys, dtype=object)
+
+    def _summary(self, s: ProbeSettings, counts: np.ndarray) -> dict:
+        cur = self.config.curriculum
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        N = n + int(cur.get("n_continue", 0))
+        data = self.config.data
+        summary = {
+            "k": s.k,
+            "prompts": len(counts),
+            "pass@1": float(counts.sum() / (s.k * len(counts))),
+            "histogram": pass_histogram(counts, s.k),
+            "model": str(self.config.actor_rollout_ref.model.path),
+            "data": str(data.train_files),
+        }
+        if n >= 2 and N > n:
+            gen = data.get("gen_batch_size") or data.train_batch_size
+            summary["prediction"] = predict_costs(counts, s.k, N, n, int(data.train_batch_size), int(gen)).as_dict()
+        return summary
+
+
+def _row_index(nt: dict, size: int, start: int) -> list:
+    """extra_info.index when the data set has it (what the memory keys by with memory.key=index), else the row."""
+    extra = nt.get("extra_info")
+    if extra is not None and all(isinstance(e, dict) and "index" in e for e in extra):
+        return [e["index"] for e in extra]
+    return list(range(start, start + size))
+
+
+def _right(out: DataProto, metric: str) -> np.ndarray:
+    """Per response, 1 if the reward's `metric` (acc, ...) says right, else 0; the sequence score > 0 without it."""
+    if metric in out.non_tensor_batch:
+        return (np.asarray(out.non_tensor_batch[metric], dtype=float) > 0).astype(int)
+    return (out.batch["rm_scores"].sum(-1).numpy() > 0).astype(int)
+
+
+def write_outputs(out_dir: Path, summary: dict, counts: np.ndarray, index: np.ndarray, keys: np.ndarray) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / PASS_RATES_FILE, "w") as f:
+        for c, i, key in zip(counts, index, keys, strict=True):
+            f.write(json.dumps({"index": _plain(i), "memory_key": _plain(key), "k": summary["k"], "correct": int(c)}))
+            f.write("\n")
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    plot_histogram(summary, out_dir / "probe.png")
+
+
+def _plain(x):
+    return x.item() if hasattr(x, "item") else x
+
+
+def plot_histogram(summary: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hist = summary["histogram"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar(range(len(BINS)), [hist[b] for b in BINS], color=["#c44", "#4a4"] + ["#48c"] * 10)
+    ax.set_xticks(range(len(BINS)), BINS, rotation=45, ha="right")
+    ax.set_ylabel("share of prompts")
+    ax.set_title(f"pass@{summary['k']} over {summary['prompts']} prompts (pass@1 {summary['pass@1']:.3f})")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def format_summary(summary: dict, out_dir: Path) -> str:
+    h = summary["histogram"]
+    mixed = 1.0 - h["zeros"] - h["ones"]
+    lines = [
+        f"[probe] {summary['prompts']} prompts x {summary['k']} responses: pass@1 {summary['pass@1']:.3f}; "
+        f"all-wrong {h['zeros']:.3f}, all-right {h['ones']:.3f}, mixed {mixed:.3f}",
+        "[probe] " + "  ".join(f"{b} {h[b]:.3f}" for b in BINS),
+    ]
+    pred = summary.get("prediction")
+    if pred:
+        lines.append(
+            f"[probe] predicted at N={pred['N']}, n={pred['n']}, {pred['train_batch_size']} prompts/step, "
+            f"{pred['gen_batch_size']} screened/call:"
+        )
+        for mode in ("plain", "dapo", "fast"):
+            m = pred[mode]
+            lines.append(
+                f"[probe]   {mode:5s} keep {m['keep_rate']:.3f}  responses/step {m['responses_per_step']:.0f}  "
+                f"calls/step {m['calls_per_step']:.2f}  responses/informative group "
+                f"{m['responses_per_informative_group']:.1f}"
+            )
+        lines.append(
+            f"[probe]   fast/dapo {pred['fast_vs_dapo']:.3f}, fast/plain {pred['fast_vs_plain']:.3f} (responses per "
+            f"informative group); best n {pred['best_n']} (fast/dapo {pred['best_n_fast_vs_dapo']:.3f})"
+        )
+    lines.append(f"[probe] wrote {out_dir / PASS_RATES_FILE}, {out_dir / SUMMARY_FILE}, {out_dir / 'probe.png'}")
+    return "\n".join(lines)
