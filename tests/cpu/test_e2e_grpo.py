@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +24,7 @@ def test_stock_grpo_trains_on_cpu(ray_cpu, tiny_assets, tmp_path):
     from verl.trainer.main_ppo_v0 import TaskRunner
 
     steps = 3
-    cfg = compose_config(
+    cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, steps)
         + [
@@ -35,7 +34,6 @@ def test_stock_grpo_trains_on_cpu(ray_cpu, tiny_assets, tmp_path):
             "trainer.logger=[console,file]",
             f"trainer.save_freq={steps}",
         ],
-        backend="cpu",
     )
     log = tmp_path / "metrics.jsonl"
     run_task_runner(TaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})  # returns once the run exits cleanly

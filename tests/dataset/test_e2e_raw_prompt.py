@@ -7,8 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +24,7 @@ def test_string_prompts_are_encoded_raw_end_to_end(ray_cpu, tiny_assets, tiny_to
     train, val = tmp_path / "train.parquet", tmp_path / "val.parquet"
     _raw_copy(tiny_assets.train_file, train)
     _raw_copy(tiny_assets.val_file, val)
-    cfg = compose_config(
+    cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, steps=1)
         + [
@@ -40,7 +39,6 @@ def test_string_prompts_are_encoded_raw_end_to_end(ray_cpu, tiny_assets, tiny_to
             "trainer.save_freq=-1",
             "trainer.logger=[console,file]",
         ],
-        backend="cpu",
     )
     log = tmp_path / "metrics.jsonl"
     run_task_runner(TaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})

@@ -9,8 +9,7 @@ import math
 
 import pytest
 
-from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +18,7 @@ def test_bypass_mode_trains_with_verls_bypass_loss(ray_cpu, tiny_assets, tmp_pat
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     log = tmp_path / "metrics.jsonl"
-    cfg = compose_config(
+    cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, 1)
         + [
@@ -32,7 +31,6 @@ def test_bypass_mode_trains_with_verls_bypass_loss(ray_cpu, tiny_assets, tmp_pat
             "algorithm.rollout_correction.rollout_rs_threshold=2.0",
             "trainer.logger=[console,file]",
         ],
-        backend="cpu",
     )
     run_task_runner(ExtTaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})
 

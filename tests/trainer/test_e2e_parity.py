@@ -28,8 +28,7 @@ import math
 
 import pytest
 
-from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +64,7 @@ def _config(tiny_assets, out, dump_dir, trainer_cls: str | None):
     ]
     if trainer_cls:
         overrides.append(f"+trainer.trainer_cls={trainer_cls}")
-    return compose_config("ppo_trainer", overrides, backend="cpu")
+    return e2e_config("ppo_trainer", overrides)
 
 
 def _run(tiny_assets, tmp_path, name, trainer_cls=None):

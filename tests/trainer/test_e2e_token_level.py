@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.conftest import run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, run_task_runner, tiny_run_overrides
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -19,7 +18,7 @@ def test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state(ray_cp
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     steps = 2
-    cfg = compose_config(
+    cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, steps)
         + [
@@ -35,7 +34,6 @@ def test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state(ray_cp
             f"+trainer.jsonl_metrics_path={tmp_path / 'metrics.jsonl'}",
             "+trainer.plot_keys=[critic/score/mean,adv/exec_u_var_after]",
         ],
-        backend="cpu",
     )
     assert validate_algorithm_config(cfg.algorithm).needs_entropys
     run_task_runner(ExtTaskRunner, cfg)

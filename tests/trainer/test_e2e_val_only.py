@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import read_file_logger, run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -17,7 +16,7 @@ def test_val_only_validates_and_stops(ray_cpu, tiny_assets, tmp_path):
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     log = tmp_path / "verl_log.jsonl"
-    cfg = compose_config(
+    cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, 2)
         + [
@@ -31,7 +30,6 @@ def test_val_only_validates_and_stops(ray_cpu, tiny_assets, tmp_path):
             "trainer.logger=[console,file]",
             f"+trainer.jsonl_metrics_path={tmp_path / 'metrics.jsonl'}",
         ],
-        backend="cpu",
     )
     run_task_runner(ExtTaskRunner, cfg, env={"VERL_FILE_LOGGER_PATH": str(log)})
 

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.conftest import run_task_runner
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, run_task_runner
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +20,7 @@ PROMPTS = 10  # two dataloader batches per epoch: the run sees several epochs, s
 
 def _overrides(out_dir, steps, save_freq, trainer_cls=None):
     o = [
-        "+preset=cpu_demo",
+        "+preset=tiny",
         f"data.train_batch_size={TRAIN_BATCH}",
         f"data.gen_batch_size={GEN_BATCH}",
         f"data.train_max_samples={PROMPTS}",
@@ -53,7 +52,7 @@ def _config(overrides):
     from verl_ext.toy.resolvers import register_resolvers
 
     register_resolvers()
-    cfg = compose_config("fast_dapo", overrides, config_module="recipe.fast_dapo.config")
+    cfg = e2e_config("fast_dapo", overrides, config_module="recipe.fast_dapo.config")
     prepare_config(cfg)
     return cfg
 
