@@ -1,0 +1,51 @@
+"""Anthropic's Messages API (`POST /v1/messages`) over the episode core: the HTTP side of
+`verl_ext.agent.protocols.messages` (which fields, blocks and events mean what; see there).
+
+Served as `/s/<episode_id>/v1/messages` (base URL `.../s/<episode_id>`, what `ANTHROPIC_BASE_URL` names: the
+`anthropic` client appends `/v1/messages`) and as `/v1/messages` with the header `X-Episode-Id`. The key comes as
+`x-api-key` (the `anthropic` client's header; the gateway accepts it for every route), `anthropic-version` is
+accepted whatever its value, and every error, the gateway's own included, is in Anthropic's shape.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from verl_ext.agent.core import RequestError
+from verl_ext.agent.protocols import messages as proto
+from verl_ext.agent.toolcall import cut_at_stop
+from verl_ext.agent.wire.base import WireAdapter, read_json, register_adapter, write_sse
+
+
+@register_adapter
+class Messages(WireAdapter):
+    name = "messages"
+    routes = (("POST", "/v1/messages", "create"),)
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        self.core.stats.requests += 1
+        s = self.session(request)
+        body = await read_json(request)
+        ignored = proto.check_fields(body)
+        turn = proto.to_chat_turn(body)
+        async with self.admitted():
+            r = await self.core.chat(s, turn)
+        stopped_by = None
+        if turn.stop and r.finish_reason == "stop":  # which stop string ended the text (Anthropic reports it)
+            stopped_by = cut_at_stop(self.core.tokenizer.decode(r.response_ids, skip_special_tokens=True), turn.stop)[1]
+        message = proto.build_message(r, stop_sequence=stopped_by, model=self.model_name)
+        headers = {"X-Verl-Ext-Ignored": ",".join(ignored)} if ignored else {}
+        if r.fault:
+            headers["X-Verl-Ext-Tool-Call-Fault"] = r.fault
+        self.core.stats.handler_s += time.perf_counter() - t0
+        if body.get("stream"):
+            return await write_sse(request, list(proto.stream_events(message)), headers, named=True, done=False)
+        return web.json_response(message, headers=headers)
+
+    def error_response(self, e: RequestError) -> web.Response:
+        # A closed episode stays closed: the anthropic client would otherwise retry a 409.
+        headers = {"x-should-retry": "false"} if e.status == 409 else None
+        return web.json_response(proto.error_body(e.status, e.message), status=e.status, headers=headers)
