@@ -57,3 +57,17 @@ def test_cli(tmp_path, capsys):
     main([str(a), "--keys", "acc", "--out", str(tmp_path / "c.png"), "--labels", "mine"])
     assert (tmp_path / "c.png").exists() and "wrote" in capsys.readouterr().out
     assert json.loads(a.read_text().splitlines()[0])["step"] == 1
+
+
+def test_references_are_drawn_on_validation_panels_only(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k)))
+    log = _log(tmp_path / "r" / "metrics.jsonl", [(s, {"val-core/t/acc/mean@1": s / 10, "loss": 1.0}) for s in (1, 2)])
+    plot_runs([log], ["val-core/t/acc/mean@1", "loss"], tmp_path / "c.png", references={"constant answer": 0.18})
+    val_ax, loss_ax = saved[0].axes[:2]
+    flat = [line for line in val_ax.get_lines() if line.get_label() == "constant answer"]
+    assert len(flat) == 1 and list(flat[0].get_ydata()) == [0.18, 0.18]
+    assert not [line for line in loss_ax.get_lines() if line.get_label() == "constant answer"]

@@ -27,7 +27,9 @@ def activate() -> None:
     _ACTIVE = True  # set first: applying the shims imports verl modules that instantiate the platform
     from verl_ext.cpu import (
         platform,  # noqa: F401  (registers PlatformCPU)
+        quiet,
         shims,
     )
 
     shims.apply_all()
+    quiet.install()  # per-step log lines that say nothing on CPU (verl_ext/cpu/quiet.py)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from verl_ext.metrics_log.jsonl import read_jsonl
@@ -68,10 +68,13 @@ def plot_runs(
     out: str | Path,
     labels: Sequence[str] | None = None,
     ema_weight: float | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> dict[str, dict[str, Series]]:
     """Draw `keys` of each run's log into one PNG at `out`; returns {label: {key: (steps, values)}} as plotted.
 
-    A key that no run has is an error (a typo would otherwise give an empty panel)."""
+    `references` ({label: value}, e.g. a constant-answer baseline) are drawn as dashed horizontal lines on the
+    validation panels (keys starting with `val-`). A key that no run has is an error (a typo would otherwise give an
+    empty panel)."""
     require_matplotlib()
     import matplotlib
 
@@ -104,6 +107,11 @@ def plot_runs(
             )[0]
             if ema_weight:
                 ax.plot(steps, ema(values, ema_weight), color=line.get_color(), lw=1.8)
+        if key.startswith("val-"):
+            for name, value in (references or {}).items():
+                ax.axhline(value, color="gray", ls="--", lw=1, label=name)
+            if references:
+                ax.legend(fontsize=7)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

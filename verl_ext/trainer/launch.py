@@ -8,14 +8,14 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 
-def _tiny_assets(what: str, difficulty: str = "flat") -> str:
+def _tiny_assets(what: str, difficulty: str = "flat") -> str | float:
     from verl_ext.toy.resolvers import _tiny_assets as resolve  # the toy package's resolver, imported on first use
 
     return resolve(what, difficulty)
 
 
 def register_lazy_resolvers() -> None:
-    """`${tiny_assets:model|train|val|root}` for the toy presets; the toy package loads on first use only."""
+    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets; the toy package loads on first use only."""
     if not OmegaConf.has_resolver("tiny_assets"):
         OmegaConf.register_new_resolver("tiny_assets", _tiny_assets)
 

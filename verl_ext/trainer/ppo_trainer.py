@@ -61,6 +61,7 @@ from verl.utils.skip.skip_manager import SkipManager
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
+from verl_ext.metrics_log.console import COMPACT_BACKEND, check_baseline, compact_line, run_summary, val_accuracy
 from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
 from verl_ext.trainer.fidelity import check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
@@ -126,6 +127,14 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._resumed_row: dict | None = None  # that row as read back from the checkpoint a run resumes from
         # checked here, before the workers start, not when the run ends
         check_plot_settings(self.plot_keys, self.config.trainer.get("jsonl_metrics_path"))
+        logger = self.config.trainer.get("logger") or []
+        self.loggers = [logger] if isinstance(logger, str) else list(logger)
+        # `compact` (verl_ext/metrics_log/console.py): one short line per step, printed here, not by verl's Tracking
+        self.compact = COMPACT_BACKEND in self.loggers
+        self.val_baseline = self.config.trainer.get("val_baseline")
+        check_baseline(self.val_baseline)
+        self._val_first: float | None = None  # validation accuracy of the run's first and latest evaluation
+        self._val_last: float | None = None
 
     def _bypass_loss_for_workers(self) -> None:
         """Rollout-correction bypass mode: give the actor workers verl's `bypass_mode` policy loss and the correction
@@ -424,7 +433,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         tracker = Tracking(
             project_name=self.config.trainer.project_name,
             experiment_name=self.config.trainer.experiment_name,
-            default_backend=self.config.trainer.logger,
+            default_backend=[b for b in self.loggers if b != COMPACT_BACKEND],
             config=OmegaConf.to_container(self.config, resolve=True),
         )
         self.global_steps = 0
@@ -441,7 +450,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         # and stops, whatever val_before_train says.
         if (self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only:
             val_metrics = self._validate()
-            pprint(f"Initial validation metrics: {val_metrics}")
+            self._note_val(val_metrics)
+            if self.compact:
+                print(compact_line(self.global_steps, self.total_training_steps, val_metrics, None))
+            else:
+                pprint(f"Initial validation metrics: {val_metrics}")
             tracker.log(data=val_metrics, step=self.global_steps)
             # so the curves start where training starts (a resumed checkpoint's step has its row already)
             if self.metrics_log is not None and self.metrics_log.last_step < self.global_steps:
@@ -491,9 +504,13 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                     )
                 self._profiling_step = False
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
-                self.train_time_s = time_base + time.monotonic() - fit_start
+                step_start, self.train_time_s = self.train_time_s, time_base + time.monotonic() - fit_start
                 metrics.update(self._timing_metrics(batch, timing_raw))
                 tracker.log(data=metrics, step=self.global_steps)
+                self._note_val(metrics)
+                if self.compact:
+                    seconds = self.train_time_s - step_start
+                    progress.write(compact_line(self.global_steps, self.total_training_steps, metrics, seconds))
                 if self.metrics_log is not None:
                     self.metrics_log.log(self.global_steps, metrics)
                 progress.update(1)
@@ -566,21 +583,34 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
             self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=blocking)
 
+    def _note_val(self, metrics: dict) -> None:
+        val = val_accuracy(metrics)
+        if val is not None:
+            self._val_first = val if self._val_first is None else self._val_first
+            self._val_last = val
+
     def _close_run(self, plot: bool) -> None:
         self._finalize_async_calls(blocking=True)
         if self.metrics_log is not None:
             self.metrics_log.close()
         self._shutdown_dump_executor()
-        if plot:
-            self.plot_metrics()
+        plot_path = self.plot_metrics() if plot else None
+        if self.compact:
+            log = self.config.trainer.get("jsonl_metrics_path")
+            print(run_summary(self._val_first, self._val_last, self.val_baseline, log, plot_path))
 
     def plot_metrics(self) -> Path:
         """`trainer.plot_keys` of this run's JSONL log, as `<log stem>.png` next to it."""
         log = Path(self.config.trainer.jsonl_metrics_path)
         out = log.with_suffix(".png")
         present = [k for k in self.plot_keys if any(k in r for r in read_jsonl(log))]
-        plot_runs([log], present or self.plot_keys, out, labels=[self.config.trainer.experiment_name])
-        print(f"[verl_ext] metric curves: {out}")
+        baseline = self.val_baseline
+        references = {str(baseline["label"]): float(baseline["value"])} if baseline else None
+        plot_runs(
+            [log], present or self.plot_keys, out, labels=[self.config.trainer.experiment_name], references=references
+        )
+        if not self.compact:
+            print(f"[verl_ext] metric curves: {out}")
         return out
 
     def _batch_metrics(self, batch: DataProto, metrics: dict) -> dict:

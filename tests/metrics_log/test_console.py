@@ -1,0 +1,52 @@
+"""The compact console: the per-step line shows the few metrics that say whether a run learns, leaves out what the
+step did not log, and the closing summary states the validation change against the baseline."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_ext.metrics_log.console import check_baseline, compact_line, run_summary, val_accuracy
+
+
+def test_compact_line_of_a_fast_dapo_step_with_validation():
+    metrics = {
+        "critic/score/mean": 0.5625,
+        "curriculum/keep_rate": 0.1453,
+        "curriculum/responses_per_training_group": 48.7,
+        "val-core/toy_copy_digit/acc/mean@1": 0.45,
+        "actor/pg_loss": 0.01,  # not shown: the JSONL log has everything
+    }
+    line = compact_line(5, 20, metrics, 27.26)
+    assert line == "step  5/20 | reward 0.562 | keep 0.15 | resp/group 48.7 | val acc 0.450 | 27.3 s"
+
+
+def test_compact_line_leaves_out_what_the_step_did_not_log():
+    assert compact_line(0, 8, {"val-core/x/acc/mean@1": 0.26}, None) == "step 0/8 | val acc 0.260"
+    line = compact_line(3, 8, {"critic/score/mean": 0.25, "curriculum/keep_rate": float("nan")}, 1.0)
+    assert line == "step 3/8 | reward 0.250 | 1.0 s"
+
+
+def test_val_accuracy_takes_the_first_validation_source_and_ignores_other_keys():
+    assert val_accuracy({"val-core/b/acc/mean@1": 0.2, "val-core/a/acc/mean@1": 0.7}) == 0.7
+    assert val_accuracy({"val-aux/a/acc/mean@1": 0.7, "critic/score/mean": 1.0}) is None
+    assert val_accuracy({"val-core/a/acc/mean@1": None}) is None
+
+
+def test_run_summary_states_the_change_against_the_baseline_and_where_things_are():
+    text = run_summary(0.22, 1.0, {"label": "constant answer", "value": 0.18}, "out/metrics.jsonl", "out/metrics.png")
+    assert text.splitlines() == [
+        "[verl_ext] validation accuracy 0.220 -> 1.000 (constant answer: 0.180)",
+        "[verl_ext] metrics log: out/metrics.jsonl",
+        "[verl_ext] curves: out/metrics.png",
+    ]
+    assert run_summary(None, None, None, None, None) == ""
+
+
+@pytest.mark.parametrize(
+    "bad", [{"label": "x"}, {"label": "x", "value": "high"}, [0.1], {"label": "x", "value": 1, "y": 2}]
+)
+def test_bad_baseline_is_refused(bad):
+    with pytest.raises(ValueError, match="val_baseline"):
+        check_baseline(bad)
+    check_baseline(None)
+    check_baseline({"label": "constant answer", "value": 0.18})

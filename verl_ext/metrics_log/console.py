@@ -1,0 +1,78 @@
+"""The compact console: one short line per training step and a closing summary, for `trainer.logger: [compact]`.
+
+verl's `console` logger prints every metric of every step (~150 keys on one line); a person watching a run wants
+the few that say whether it learns. `compact` is handled by the project's trainer (verl's Tracking never sees it);
+the full metrics still go to the JSONL log (`trainer.jsonl_metrics_path`) and to any other logger listed.
+Pure formatting here: the trainer prints.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Mapping
+
+COMPACT_BACKEND = "compact"
+VAL_ACC_PATTERN = "val-core/*/acc/mean@1"
+# (label, metric key, format) of the per-step line, in order; a metric the step did not log is left out.
+COLUMNS = (
+    ("reward", "critic/score/mean", "{:.3f}"),
+    ("keep", "curriculum/keep_rate", "{:.2f}"),
+    ("resp/group", "curriculum/responses_per_training_group", "{:.1f}"),
+)
+
+
+def val_accuracy(metrics: Mapping) -> float | None:
+    """The step's validation accuracy (the first `val-core/*/acc/mean@1` key, in sorted order), if it validated."""
+    for key in sorted(metrics):
+        v = metrics[key]
+        if fnmatch.fnmatchcase(key, VAL_ACC_PATTERN) and _finite(v):
+            return float(v)
+    return None
+
+
+def compact_line(step: int, total_steps: int, metrics: Mapping, seconds: float | None) -> str:
+    parts = [f"step {step:>{len(str(total_steps))}}/{total_steps}"]
+    for label, key, fmt in COLUMNS:
+        if _finite(metrics.get(key)):
+            parts.append(f"{label} {fmt.format(metrics[key])}")
+    val = val_accuracy(metrics)
+    if val is not None:
+        parts.append(f"val acc {val:.3f}")
+    if seconds is not None:
+        parts.append(f"{seconds:.1f} s")
+    return " | ".join(parts)
+
+
+def run_summary(
+    first_val: float | None,
+    last_val: float | None,
+    baseline: Mapping | None,
+    log_path: str | None,
+    plot_path: str | None,
+) -> str:
+    """The closing lines: validation accuracy before and after (and the stated baseline), where the log and plot are."""
+    lines = []
+    if first_val is not None and last_val is not None:
+        line = f"validation accuracy {first_val:.3f} -> {last_val:.3f}"
+        if baseline:
+            line += f" ({baseline['label']}: {float(baseline['value']):.3f})"
+        lines.append(line)
+    if log_path:
+        lines.append(f"metrics log: {log_path}")
+    if plot_path:
+        lines.append(f"curves: {plot_path}")
+    return "\n".join(f"[verl_ext] {line}" for line in lines)
+
+
+def check_baseline(baseline) -> None:
+    """`trainer.val_baseline`: null, or {label: str, value: number} (drawn on the validation panels, printed at the
+    end)."""
+    if baseline is None:
+        return
+    if not isinstance(baseline, Mapping) or set(baseline) != {"label", "value"} or not _finite(baseline["value"]):
+        raise ValueError(f"trainer.val_baseline must be null or {{label: <text>, value: <number>}}, got {baseline!r}")
+
+
+def _finite(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
