@@ -6,10 +6,13 @@
     .venv/bin/python scripts/campaign.py SPEC --submit http://HEAD:8265 --out-root /shared/campaigns \
         [--local-root outputs/campaign] [--max-concurrent 2]   # on a Ray cluster: verl_ext/campaign/submit.py
 
-Runs go one after another (each already uses every GPU or core it is given); on a Ray cluster run this on the head
-node, where each run's driver joins the cluster (RAY_ADDRESS). Re-running the same command resumes: runs with a
-DONE file are skipped, an interrupted run continues from its last checkpoint (trainer.resume_mode=auto). A failed
-run is reported and the others still run; the exit code is 1 if any failed. Each run's output is in <run>/run.log.
+Before the first run, one run of every condition goes through its recipe's pre-flight check: a bad override fails
+the campaign at once (exit 2). `--preflight config` leaves out the data and model files (paths on a cluster's
+storage only), `--preflight none` skips the check. Runs go one after another (each already uses every GPU or core it
+is given); on a Ray cluster run this on the head node, where each run's driver joins the cluster (RAY_ADDRESS).
+Re-running the same command resumes: runs with a DONE file are skipped, an interrupted run continues from its last
+checkpoint (trainer.resume_mode=auto). A failed run is reported and the others still run; the exit code is 1 if any
+failed. Each run's output is in <run>/run.log.
 The spec format is in verl_ext/campaign/spec.py.
 
 With --submit, each run is a Ray job on the cluster at that address (dashboard URL), at most --max-concurrent at a
@@ -48,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-concurrent", type=int, default=1, help="--submit: jobs running at once")
     p.add_argument("--python", default="python", help="--submit: the interpreter on the cluster's head node")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="--submit: job env variables")
+    p.add_argument(
+        "--preflight",
+        choices=("full", "config", "none"),
+        default="full",
+        help="check one run per condition before the first run (verl_ext/campaign/check.py), and each job before "
+        "it is submitted: full, config (no data/model files), none",
+    )
     args = p.parse_args(argv)
 
     spec = CampaignSpec.from_yaml(args.spec)
@@ -66,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
         from verl_ext.metrics_log.plot import require_matplotlib
 
         require_matplotlib()  # before hours of runs, not after
+    if args.preflight != "none":
+        from verl_ext.campaign.check import check_campaign
+
+        errors = check_campaign(spec, plans, files=args.preflight)
+        if errors:
+            for condition, message in errors.items():
+                print(f"[campaign] condition {condition!r} fails the pre-flight check:\n{message}", file=sys.stderr)
+            print(f"[campaign] {len(errors)} condition(s) fail their check; nothing was run", file=sys.stderr)
+            return 2
     if args.submit and not args.dry_run:
         return _submit(spec, plans, args)
     failed = []
@@ -123,6 +142,7 @@ def _submit(spec: CampaignSpec, plans, args) -> int:
             max_concurrent=args.max_concurrent,
             python=args.python,
             env_vars=env,
+            preflight=args.preflight,
         )
     except (job.JobError, ValueError) as e:
         raise SystemExit(f"--submit: {e}") from e

@@ -2,35 +2,49 @@
 
 Arms of the ablation: +arm=baseline | +arm=sdpo | +arm=replay | +arm=full. The replay channel needs teachers:
     composer.replay.teacher_pool.teachers='[{name: a, base_url: "https://...", model: m, api_key_env: A_KEY}, ...]'
-On CPU add `+backend=cpu` and point data/model at the tiny assets (`${tiny_assets:model}` etc.).
+On CPU add `+backend=cpu` and point data/model at the tiny assets (`${tiny_assets:model}` etc.). Add `--check` (or
+`+check_only=true`) to print the run's plan and exit after the pre-flight check, without starting Ray.
 """
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 
+from verl_ext.config.preflight import gate, translate_check_flag
 from verl_ext.trainer.launch import register_lazy_resolvers
 
 register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
 
 
-@hydra.main(config_path="config", config_name="composer", version_base=None)
-def main(config):
+def check(config, files: str = "full"):
+    """The driver's whole check, before Ray: the recipe's settings, then what the run needs. Returns the plan."""
     from omegaconf import OmegaConf
-    from verl.utils.device import auto_set_device
 
     from recipe.composer.config_check import composer_settings
+    from verl_ext.config.preflight import preflight
+
+    OmegaConf.resolve(config)
+    s = composer_settings(config)
+    summary = (
+        f"alpha_sdpo={s.alpha_sdpo} beta_replay={s.beta_replay} "
+        f"teachers={[t.name for t in s.pool.teachers] if s.pool else []}"
+    )
+    return preflight(config, "composer", settings=summary, files=files)
+
+
+@hydra.main(config_path="config", config_name="composer", version_base=None)
+def main(config):
+    from verl.utils.device import auto_set_device
+
     from verl_ext.trainer.launch import run
 
     auto_set_device(config)
-    OmegaConf.resolve(config)
-    settings = composer_settings(config)
-    print(
-        f"[composer] alpha_sdpo={settings.alpha_sdpo} beta_replay={settings.beta_replay} "
-        f"teachers={[t.name for t in settings.pool.teachers] if settings.pool else []}"
-    )
-    run(config)
+    if gate("composer", config, check):
+        run(config)
 
 
 if __name__ == "__main__":
+    sys.argv = translate_check_flag(sys.argv)
     main()

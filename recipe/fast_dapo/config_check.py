@@ -3,7 +3,6 @@ seconds with a message naming it, not minutes later inside a worker."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -152,14 +151,7 @@ def _micro_batch_checks(cfg: DictConfig, s: CurriculumSettings) -> None:
 
 
 def _verl_checks(cfg: DictConfig, s: CurriculumSettings) -> None:
-    """verl's own batch-size checks, on a copy where rollout.n is N (a training batch holds N responses per prompt)."""
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
+    """verl's own batch-size checks with N responses per prompt (a training batch holds N, not n)."""
+    from verl_ext.config.preflight import check_verl_batches
 
-    probe = copy.deepcopy(cfg)
-    with open_dict(probe):
-        probe.actor_rollout_ref.rollout.n = s.N
-    try:
-        validate_config(probe, use_reference_policy=need_reference_policy(probe), use_critic=need_critic(probe))
-    except (AssertionError, ValueError) as e:
-        raise ConfigError(f"verl rejects the batch settings (with N = {s.N} responses per prompt): {e}") from e
+    check_verl_batches(cfg, s.N)

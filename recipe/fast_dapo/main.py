@@ -1,29 +1,41 @@
 """Fast DAPO: `python -m recipe.fast_dapo.main [hydra overrides]` (config: recipe/fast_dapo/config/fast_dapo.yaml).
 
-The embedded CPU demo: `python -m recipe.fast_dapo.main +preset=cpu_demo`.
+The embedded CPU demo: `python -m recipe.fast_dapo.main +preset=cpu_demo`. Add `--check` (or `+check_only=true`) to
+print the run's plan and exit after the pre-flight check (verl_ext/config/preflight.py), without starting Ray.
 """
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 
+from verl_ext.config.preflight import gate, translate_check_flag
 from verl_ext.trainer.launch import register_lazy_resolvers
 
 register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
+
+
+def check(config, files: str = "full"):
+    """The driver's whole check, before Ray: the recipe's settings, then what the run needs. Returns the plan."""
+    from recipe.fast_dapo.config_check import prepare_config
+    from verl_ext.config.preflight import preflight
+
+    settings = prepare_config(config)
+    return preflight(config, "fast_dapo", responses_per_prompt=settings.N, settings=settings, files=files)
 
 
 @hydra.main(config_path="config", config_name="fast_dapo", version_base=None)
 def main(config):
     from verl.utils.device import auto_set_device
 
-    from recipe.fast_dapo.config_check import prepare_config
     from verl_ext.trainer.launch import run
 
     auto_set_device(config)
-    settings = prepare_config(config)
-    print(f"[fast_dapo] {settings}")
-    run(config)
+    if gate("fast_dapo", config, check):
+        run(config)
 
 
 if __name__ == "__main__":
+    sys.argv = translate_check_flag(sys.argv)
     main()

@@ -76,8 +76,10 @@ def submit_campaign(
     env_vars: dict | None = None,
     poll_s: float = 2.0,
     log: Callable[[str], None] = print,
+    preflight: str = "full",
 ) -> CampaignResult:
-    """Run `plans` (from spec.runs(<absolute cluster out root>)) as Ray jobs through `client`."""
+    """Run `plans` (from spec.runs(<absolute cluster out root>)) as Ray jobs through `client`; each job's request
+    passes its driver's pre-flight check (`preflight`, see verl_ext/launch/job.py) before it is submitted."""
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
     recipe = recipe_of(spec.entry)
@@ -88,7 +90,7 @@ def submit_campaign(
         if not run.run_dir.is_absolute():
             raise ValueError(f"the cluster out root must be absolute (shared storage), got run dir {run.run_dir}")
         requests[run.label] = job.JobRequest(
-            recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}), python=python
+            recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}), python=python, preflight=preflight
         )
     if requests:
         job.validate(next(iter(requests.values())))

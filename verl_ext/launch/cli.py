@@ -49,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--submission-id")
     s.add_argument("--lost-node-grace-s", type=float, default=30.0)
     s.add_argument("--no-wait", action="store_true")
+    s.add_argument(
+        "--preflight",
+        choices=job.PREFLIGHT_MODES,
+        default="full",
+        help="the driver's check before submitting: full (default), config (data/model paths exist on the "
+        "cluster's storage only: leave them out), none (composition only)",
+    )
     s.add_argument("overrides", nargs="*")
     for name in ("status", "logs", "stop", "collect"):
         q = sub.add_parser(name)
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             working_dir=None if args.working_dir == "none" else Path(args.working_dir),
             python=args.python,
             lost_node_grace_s=args.lost_node_grace_s,
+            preflight=args.preflight,
         )
         try:
             job.validate(req)  # before connecting: a bad request fails without a cluster

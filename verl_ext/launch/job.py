@@ -4,7 +4,9 @@ What `ray job submit --working-dir . -- python -m recipe.<name>.main <overrides>
 (`ray.job_submission.JobSubmissionClient`), plus what a training run needs around it:
 
 * checked before anything is sent: the recipe exists, the overrides compose into the recipe's config (a misspelled
-  key or a bad value syntax fails here, in seconds, with Hydra's message), the run directory is absolute;
+  key or a bad value syntax fails here, in seconds, with Hydra's message), the run directory is absolute, and the
+  recipe driver's own pre-flight check passes (verl_ext/config/preflight.py: settings, estimator, reward, data and
+  model files; `preflight="config"` leaves out the files, for paths that exist on the cluster's storage only);
 * the job's runtime env: the project as working dir (uploaded by Ray to the head node and to every worker node, on
   each worker's sys.path), the backend's environment variables for a CPU-backend config (VERL_PLATFORM=cpu reaches
   every worker process; on one machine they inherit it from the driver, on a cluster they do not), your own
@@ -34,6 +36,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Never uploaded with the working dir (Ray also honours .gitignore): environments, outputs, VCS data.
 WORKING_DIR_EXCLUDES = [".git", ".venv", "outputs", "runs", "**/__pycache__", ".pytest_cache", ".cache"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+PREFLIGHT_MODES = ("full", "config", "none")
 
 
 class JobError(ValueError):
@@ -57,6 +60,9 @@ class JobRequest:
     working_dir: Path | None = PROJECT_ROOT  # None: the project is installed on every node already
     python: str = "python"  # the cluster's interpreter, on the head node's PATH
     lost_node_grace_s: float = 30.0
+    # The driver's pre-flight before submitting: "full", "config" (no data/model files: they are on the cluster's
+    # storage only) or "none" (composition only).
+    preflight: str = "full"
 
     @property
     def module(self) -> str:
@@ -83,9 +89,19 @@ def validate(req: JobRequest):
     from verl_ext.config.compose import compose_config
 
     try:
-        return compose_config(req.recipe, cluster_overrides(req), config_module=f"recipe.{req.recipe}.config")
+        cfg = compose_config(req.recipe, cluster_overrides(req), config_module=f"recipe.{req.recipe}.config")
     except (HydraException, OmegaConfBaseException) as e:
         raise JobError(f"the overrides do not compose into recipe {req.recipe!r}'s config: {e}") from e
+    if req.preflight not in PREFLIGHT_MODES:
+        raise JobError(f"preflight must be one of {PREFLIGHT_MODES}, got {req.preflight!r}")
+    if req.preflight != "none":
+        from verl_ext.config.preflight import check_recipe_config
+
+        try:
+            check_recipe_config(req.recipe, cfg, files=req.preflight)
+        except ValueError as e:
+            raise JobError(f"the run would fail its pre-flight check on the cluster: {e}") from e
+    return cfg
 
 
 def cluster_overrides(req: JobRequest) -> list[str]:
