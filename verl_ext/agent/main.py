@@ -43,12 +43,15 @@ def prepare(overrides: list[str]):
 def main(argv: list[str] | None = None) -> None:
     from verl.utils.device import auto_set_device
 
+    from verl_ext.config.preflight import agent_check, failing_cleanly, gate, translate_check_flag
     from verl_ext.trainer.launch import run
 
-    cfg, settings = prepare(list(sys.argv[1:] if argv is None else argv))
+    with failing_cleanly("agent"):  # the pre-flight (verl_ext/config/preflight.py); --check: print the plan, exit
+        cfg, settings = prepare(translate_check_flag(list(sys.argv[1:] if argv is None else argv)))
     print(f"[agent] {settings}")
     auto_set_device(cfg)
-    run(cfg)
+    if gate("agent", cfg, agent_check(settings)):
+        run(cfg)
 
 
 if __name__ == "__main__":
