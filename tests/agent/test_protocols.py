@@ -10,13 +10,40 @@ from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from verl_ext.agent.protocols import InvalidRequest
+from verl_ext.agent.core import RequestError, TurnResult
 from verl_ext.agent.protocols import messages as am
 from verl_ext.agent.protocols import responses as rs
+from verl_ext.agent.toolcall import ToolCall
 
 CALC = {"type": "function", "name": "calc", "description": "evaluate", "parameters": {"type": "object"}, "strict": True}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+3"}'}}
 REPLY = {"role": "assistant", "content": "Let me compute.", "reasoning_content": "think", "tool_calls": [CALL]}
+
+
+def result(message: dict, finish: str, n_prompt: int = 10, n_out: int = 4) -> TurnResult:
+    """The core's answer for an assistant chat message (ids are placeholders: only their counts matter here)."""
+    calls = [
+        ToolCall(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in message.get("tool_calls", [])
+    ]
+    return TurnResult(
+        content=message["content"],
+        reasoning=message.get("reasoning_content"),
+        tool_calls=calls,
+        finish_reason=finish,
+        prompt_ids=[1] * n_prompt,
+        response_ids=[2] * n_out,
+        logprobs=None,
+    )
+
+
+def responses_turn(body, held=None):
+    rs.check_fields(body)
+    return rs.to_chat_turn(body, held)
+
+
+def messages_turn(body):
+    am.check_fields(body)
+    return am.to_chat_turn(body)
 
 
 def counter():
@@ -25,56 +52,57 @@ def counter():
 
 
 # ---------------------------------------------------------------- Responses API
+ITEMS = [
+    {"role": "developer", "content": "rules"},
+    {"role": "user", "content": [{"type": "input_text", "text": "2+3?"}]},
+    {"type": "reasoning", "id": "rs_0", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}]},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]},
+    {"type": "function_call", "call_id": "c1", "name": "calc", "arguments": "{}"},
+    {"type": "function_call", "call_id": "c2", "name": "calc", "arguments": '{"a": 1}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "5"},
+    {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "1"}]},
+]
+TWO_CALLS = [
+    {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": "{}"}},
+    {"id": "c2", "type": "function", "function": {"name": "calc", "arguments": '{"a": 1}'}},
+]
+
+
 def test_responses_input_items_fold_into_chat_turns():
-    turn = rs.to_chat_turn(
-        {
-            "model": "m",
-            "instructions": "be brief",
-            "input": [
-                {"role": "developer", "content": "rules"},
-                {"role": "user", "content": [{"type": "input_text", "text": "2+3?"}]},
-                {
-                    "type": "reasoning",
-                    "id": "rs_0",
-                    "summary": [],
-                    "content": [{"type": "reasoning_text", "text": "t"}],
-                },
-                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]},
-                {"type": "function_call", "call_id": "c1", "name": "calc", "arguments": "{}"},
-                {"type": "function_call", "call_id": "c2", "name": "calc", "arguments": '{"a": 1}'},
-                {"type": "function_call_output", "call_id": "c1", "output": "5"},
-                {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "1"}]},
-            ],
-            "tools": [CALC],
-            "tool_choice": {"type": "function", "name": "calc"},
-            "max_output_tokens": 7,
-            "temperature": 0.3,
-        }
-    )
-    calls = [
-        {"id": "c1", "type": "function", "function": {"name": "calc", "arguments": "{}"}},
-        {"id": "c2", "type": "function", "function": {"name": "calc", "arguments": '{"a": 1}'}},
-    ]
-    assert turn.messages == [
-        {"role": "system", "content": "be brief"},
+    assert rs.items_to_messages(ITEMS, set()) == [
         {"role": "system", "content": "rules"},
         {"role": "user", "content": "2+3?"},
-        {"role": "assistant", "content": "On it.", "reasoning_content": "t", "tool_calls": calls},
+        {"role": "assistant", "content": "On it.", "reasoning_content": "t", "tool_calls": TWO_CALLS},
         {"role": "tool", "tool_call_id": "c1", "content": "5"},
         {"role": "tool", "tool_call_id": "c2", "content": "1"},
     ]
+    body = {
+        "model": "m",
+        "instructions": "be brief",
+        "input": ITEMS,
+        "tools": [CALC],
+        "tool_choice": {"type": "function", "name": "calc"},
+        "max_output_tokens": 7,
+        "temperature": 0.3,
+        "include": [rs.LOGPROBS_INCLUDE],
+    }
+    assert rs.check_fields(body) == ["model", "temperature", "include"]  # reported in the reply's header
+    turn, conversation = rs.to_chat_turn(body)
+    # The core's form: reasoning is not part of a chat message the template renders for an earlier turn.
+    assert turn.messages[0] == {"role": "system", "content": "be brief"}
+    assert turn.messages[3] == {"role": "assistant", "content": "On it.", "tool_calls": TWO_CALLS}
+    assert conversation == rs.items_to_messages(ITEMS, set())  # held for previous_response_id, instructions apart
     assert turn.tools == [
-        {"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}, "description": "evaluate"}}
+        {"type": "function", "function": {"name": "calc", "description": "evaluate", "parameters": {"type": "object"}}}
     ]
-    assert turn.tool_choice == {"type": "function", "function": {"name": "calc"}} and turn.max_tokens == 7
-    assert rs.to_chat_turn({"input": "hi"}).messages == [{"role": "user", "content": "hi"}]
+    assert turn.tool_choice == {"type": "function", "function": {"name": "calc"}}
+    assert turn.max_tokens == 7 and turn.logprobs
+    assert rs.to_chat_turn({"input": "hi"})[0].messages == [{"role": "user", "content": "hi"}]
 
 
 def test_responses_reply_is_a_valid_response_and_round_trips_to_the_same_chat_message():
     body = {"input": "2+3?", "tools": [CALC]}
-    out = rs.build_response(
-        body, REPLY, "tool_calls", prompt_tokens=10, completion_tokens=4, model="tiny", created_at=1.0, new_id=counter()
-    )
+    out = rs.build_response(body, result(REPLY, "tool_calls"), model="tiny", created_at=1.0, new_id=counter())
     r = Response.model_validate(out)
     assert [i.type for i in r.output] == ["reasoning", "message", "function_call"]
     assert r.output[2].call_id == "call_1" and json.loads(r.output[2].arguments) == {"expr": "2+3"}
@@ -84,8 +112,7 @@ def test_responses_reply_is_a_valid_response_and_round_trips_to_the_same_chat_me
     echoed = [i.model_dump(exclude_none=True) for i in r.output]
     assert rs.items_to_messages(echoed, set()) == [REPLY]
     assert rs.output_to_messages(out) == [REPLY]
-    plain = {"role": "assistant", "content": "3"}
-    cut = rs.build_response(body, plain, "length", prompt_tokens=1, completion_tokens=2, model="m", created_at=0)
+    cut = rs.build_response(body, result({"content": "3"}, "length"), model="m", created_at=0)
     assert cut["status"] == "incomplete" and cut["incomplete_details"] == {"reason": "max_output_tokens"}
     assert Response.model_validate(cut).output_text == "3"
 
@@ -93,9 +120,7 @@ def test_responses_reply_is_a_valid_response_and_round_trips_to_the_same_chat_me
 @pytest.mark.parametrize("message", [REPLY, {"role": "assistant", "content": ""}])
 @pytest.mark.parametrize("finish", ["stop", "length"])
 def test_responses_event_sequence_is_well_formed(message, finish):
-    out = rs.build_response(
-        {"input": "x"}, message, finish, prompt_tokens=3, completion_tokens=2, model="m", created_at=0
-    )
+    out = rs.build_response({"input": "x"}, result(message, finish), model="m", created_at=0)
     events = list(rs.stream_events(out))
     adapter = TypeAdapter(ResponseStreamEvent)
     for e in events:
@@ -108,99 +133,106 @@ def test_responses_event_sequence_is_well_formed(message, finish):
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == message["content"]
     assert events[-1]["response"] == out
-    assert rs.sse(events[0]).startswith(b"event: response.created\ndata: {")
 
 
 @pytest.mark.parametrize(
-    "body, param, reason",
+    "body, reason",
     [
-        ({"input": [{"type": "image_generation_call", "id": "x"}]}, "input", "item type 'image_generation_call'"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, "input", "not supported (supported: message"),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools", "built-in tool 'web_search'"),
-        ({"input": "x", "tools": [{"type": "file_search", "vector_store_ids": []}]}, "tools", "'file_search'"),
-        ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "1"}]}, "input", "unknown call_id"),
-        ({"input": "x", "store": True}, "store", "store is not supported"),
-        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "send the full input"),
-        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text", "'json_schema' is not supported"),
-        ({"input": "x", "top_logprobs": 2}, "top_logprobs", "top_logprobs is not supported"),
-        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "positive integer"),
-        ({"input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice", "not in tools"),
-        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0].content", "'input_image'"),
-        ({"input": []}, "input", "non-empty"),
-        ({"input": [{"role": "assistant", "content": "x"}]}, "input", "prefill"),
+        ({"input": [{"type": "image_generation_call", "id": "x"}]}, "input[0]: item type 'image_generation_call'"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "not supported (supported: message"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0]: built-in tool 'web_search'"),
+        ({"input": "x", "tools": [{"type": "file_search", "vector_store_ids": []}]}, "built-in tool 'file_search'"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "nope", "output": "1"}]},
+            "function_call_output for unknown call_id 'nope'",
+        ),
+        ({"input": "x", "store": True}, "store=True is not supported"),
+        ({"input": "x", "previous_response_id": "resp_1"}, "send the full input"),
+        ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format 'json_schema' is not supported"),
+        ({"input": "x", "top_logprobs": 2}, "unknown field 'top_logprobs'"),
+        ({"input": "x", "conversation": "conv_1"}, "unknown field 'conversation'"),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens must be a positive integer"),
+        ({"input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "not in tools"),
+        ({"input": "x", "tool_choice": {"type": "web_search_preview"}}, "tool_choice 'web_search_preview'"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "content part type 'input_image'"),
+        ({"input": []}, "input must be a non-empty"),
+        ({"input": [{"role": "assistant", "content": "x"}]}, "prefill"),
     ],
 )
-def test_responses_bad_requests_name_the_field(body, param, reason):
-    with pytest.raises(InvalidRequest) as e:
-        rs.to_chat_turn(body)
-    assert reason in e.value.message and e.value.param == param
+def test_responses_bad_requests_name_the_field(body, reason):
+    with pytest.raises(RequestError) as e:
+        responses_turn(body)
+    assert e.value.status == 400 and reason in e.value.message
 
 
 def test_previous_response_id_continues_the_held_conversation():
     held_conv = [{"role": "user", "content": "2+3?"}, REPLY]
-    turn = rs.to_chat_turn(
-        {
-            "instructions": "be brief",
-            "previous_response_id": "resp_7",
-            "input": [{"type": "function_call_output", "call_id": "call_1", "output": "5"}],
-        },
-        held=("resp_7", held_conv),
-    )
+    body = {
+        "instructions": "be brief",
+        "previous_response_id": "resp_7",
+        "input": [{"type": "function_call_output", "call_id": "call_1", "output": "5"}],
+    }
+    turn, conversation = responses_turn(body, held=("resp_7", held_conv))
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+    assert conversation == [*held_conv, tool]
     assert turn.messages == [
         {"role": "system", "content": "be brief"},
-        *held_conv,
+        held_conv[0],
         {
-            "role": "tool",
-            "tool_call_id": "call_1",
-            "content": "5",
+            "role": "assistant",
+            "content": "Let me compute.",
+            "tool_calls": [CALL],
         },
+        tool,
     ]
-    assert turn.extra["conversation"] == turn.messages[1:]  # what the caller holds next (instructions apart)
-    with pytest.raises(InvalidRequest, match="not this episode's last response"):
-        rs.to_chat_turn({"previous_response_id": "resp_6", "input": "x"}, held=("resp_7", held_conv))
+    with pytest.raises(RequestError, match="not this episode's last response"):
+        responses_turn({"previous_response_id": "resp_6", "input": "x"}, held=("resp_7", held_conv))
 
 
 # ---------------------------------------------------------------- Anthropic Messages
 def test_messages_blocks_become_chat_turns():
-    turn = am.to_chat_turn(
+    raw = [
+        {"role": "user", "content": "2+3?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "t", "signature": "s"},
+                {"type": "text", "text": "On it."},
+                {"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {"expr": "2+3"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "5"}]},
+                {"type": "text", "text": "Now answer."},
+            ],
+        },
+    ]
+    call = {"id": "toolu_1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+3"}'}}
+    chat = [
+        {"role": "user", "content": "2+3?"},
+        {"role": "assistant", "content": "On it.", "reasoning_content": "t", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "5"},
+        {"role": "user", "content": "Now answer."},
+    ]
+    assert am.to_messages(raw) == chat
+    turn = messages_turn(
         {
             "model": "claude",
             "max_tokens": 9,
             "system": [{"type": "text", "text": "be brief"}],
-            "messages": [
-                {"role": "user", "content": "2+3?"},
-                {
-                    "role": "assistant",
-                    "content": [
-                        {"type": "thinking", "thinking": "t", "signature": "s"},
-                        {"type": "text", "text": "On it."},
-                        {"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {"expr": "2+3"}},
-                    ],
-                },
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "5"}]},
-                        {"type": "text", "text": "Now answer."},
-                    ],
-                },
-            ],
+            "messages": raw,
             "tools": [{"name": "calc", "description": "evaluate", "input_schema": {"type": "object"}}],
             "tool_choice": {"type": "any"},
             "stop_sequences": ["\n\n"],
             "temperature": 0.1,
         }
     )
-    call = {"id": "toolu_1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+3"}'}}
-    assert turn.messages == [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "2+3?"},
-        {"role": "assistant", "content": "On it.", "reasoning_content": "t", "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "toolu_1", "content": "5"},
-        {"role": "user", "content": "Now answer."},
-    ]
-    assert turn.tool_choice == "required" and turn.stop == ["\n\n"] and turn.max_tokens == 9
-    assert turn.tools[0]["function"] == {"name": "calc", "parameters": {"type": "object"}, "description": "evaluate"}
+    del chat[1]["reasoning_content"]  # the core's form (reasoning of earlier turns is not rendered)
+    assert turn.messages == [{"role": "system", "content": "be brief"}, *chat]
+    assert turn.tool_choice == "required" and turn.stop == ("\n\n",) and turn.max_tokens == 9
+    assert turn.tools[0]["function"] == {"name": "calc", "description": "evaluate", "parameters": {"type": "object"}}
 
 
 @pytest.mark.parametrize(
@@ -213,16 +245,12 @@ def test_messages_blocks_become_chat_turns():
     ],
 )
 def test_messages_reply_and_stream_are_valid_and_round_trip(finish, stop_seq, message, reason):
-    out = am.build_message(
-        message, finish, stop_sequence=stop_seq, prompt_tokens=5, completion_tokens=3, model="tiny", new_id=counter()
-    )
+    out = am.build_message(result(message, finish, 5, 3), stop_sequence=stop_seq, model="tiny", new_id=counter())
     m = Message.model_validate(out)
     assert m.stop_reason == reason and m.stop_sequence == (stop_seq if reason == "stop_sequence" else None)
     assert (m.usage.input_tokens, m.usage.output_tokens) == (5, 3)
     echoed = {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]}
-    ask = {"role": "user", "content": "q"}
-    back = am.to_messages([ask, echoed])[1]
-    assert back == message
+    assert am.to_messages([{"role": "user", "content": "q"}, echoed])[1] == message
     events = list(am.stream_events(out))
     adapter = TypeAdapter(RawMessageStreamEvent)
     for e in events:
@@ -231,53 +259,43 @@ def test_messages_reply_and_stream_are_valid_and_round_trip(finish, stop_seq, me
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == len(out["content"])
     assert events[-2]["delta"]["stop_reason"] == reason and events[-2]["usage"]["output_tokens"] == 3
-    assert am.sse(events[0]).startswith(b"event: message_start\ndata: {")
+
+
+ASK = [{"role": "user", "content": "x"}]
 
 
 @pytest.mark.parametrize(
     "body, reason",
     [
-        ({"messages": [{"role": "user", "content": "x"}]}, "max_tokens: field required"),
-        ({"max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}, "max_tokens must be a positive integer"),
+        ({"messages": ASK}, "max_tokens: field required"),
+        ({"max_tokens": 0, "messages": ASK}, "max_tokens must be a positive integer"),
         ({"max_tokens": 5, "messages": []}, "messages: must be a non-empty list"),
         (
             {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-            "block type 'image' is not supported",
+            "messages.0.content.0: block type 'image' is not supported",
         ),
         (
             {
                 "max_tokens": 5,
-                "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9"}]}],
+                "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t9"}]}],
             },
-            "tool_result for unknown tool_use_id 'toolu_9'",
+            "tool_result for unknown tool_use_id 't9'",
         ),
         (
-            {
-                "max_tokens": 5,
-                "messages": [{"role": "user", "content": "x"}],
-                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
-            },
-            "built-in tool 'web_search_20250305'",
+            {"max_tokens": 5, "messages": ASK, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+            "tools.0: built-in tool 'web_search_20250305'",
         ),
-        (
-            {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "calc"}]},
-            "input_schema: field required",
-        ),
-        (
-            {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "tool"}},
-            "tool_choice.name: None is not in tools",
-        ),
-        ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "container": "c"}, "container: this field"),
-        (
-            {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]},
-            "prefill is not supported",
-        ),
+        ({"max_tokens": 5, "messages": ASK, "tools": [{"name": "calc"}]}, "input_schema: field required"),
+        ({"max_tokens": 5, "messages": ASK, "tool_choice": {"type": "tool", "name": "x"}}, "'x', which is not in"),
+        ({"max_tokens": 5, "messages": ASK, "stop_sequences": [""]}, "stop_sequences must be"),
+        ({"max_tokens": 5, "messages": ASK, "container": "c"}, "unknown field 'container'"),
+        ({"max_tokens": 5, "messages": [*ASK, {"role": "assistant", "content": "y"}]}, "prefill is not supported"),
     ],
 )
 def test_messages_bad_requests_name_the_field(body, reason):
-    with pytest.raises(InvalidRequest) as e:
-        am.to_chat_turn(body)
-    assert reason in e.value.message
+    with pytest.raises(RequestError) as e:
+        messages_turn(body)
+    assert e.value.status == 400 and reason in e.value.message
 
 
 def test_messages_error_shape():

@@ -32,21 +32,26 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_ext.agent.protocols import ChatTurn, InvalidRequest, positive_int, text_parts
+from verl_ext.agent.core import ChatTurn, TurnResult, normalize_message
+from verl_ext.agent.protocols import bad, text_parts
+from verl_ext.agent.toolcall import ToolSpecError, check_tool_choice, check_tools
+from verl_ext.agent.wire.base import check_fields as _check_fields
+from verl_ext.agent.wire.base import positive_int, stop_strings
 
+HONOURED = {"max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "stream"}
+# Accepted and not acted on: they do not change what is sampled or recorded.
 IGNORED = {
-    "model": "one model is served",
-    "temperature": "sampling follows the trainer's rollout settings",
-    "top_p": "sampling follows the trainer's rollout settings",
-    "top_k": "sampling follows the trainer's rollout settings",
-    "metadata": "not stored",
-    "thinking": "the gateway's reasoning parser decides",
-    "service_tier": "no tiers",
-    "cache_control": "verl routes an episode to one server (prefix cache)",
-    "inference_geo": "no effect",
-    "speed": "no effect",
+    "model",  # one model is served
+    "temperature",  # sampling follows the trainer's rollout settings (the log-probs must be the policy's)
+    "top_p",
+    "top_k",
+    "metadata",
+    "thinking",  # the gateway's reasoning parser decides whether thinking blocks come back
+    "service_tier",
+    "cache_control",  # verl routes an episode to one server (its prefix cache)
+    "inference_geo",
+    "speed",
 }
-HANDLED = {"max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "stream"}
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -70,68 +75,68 @@ def error_body(status: int, message: str) -> dict:
     return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
 
 
-def check_fields(body: dict) -> None:
-    for key, v in body.items():
-        if key not in HANDLED and key not in IGNORED and v is not None:
-            raise InvalidRequest(f"{key}: this field is not supported by this gateway's Messages API", key)
+def check_fields(body: dict) -> list[str]:
+    """Nothing silently ignored (`wire.base.check_fields`): the ignored fields present (for the reply's header)."""
+    return _check_fields(body, HONOURED, IGNORED, {})
 
 
 def to_chat_tools(tools: Any) -> list[dict] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise InvalidRequest("tools: must be a list", "tools")
+        raise bad("tools: must be a list")
     out = []
     for i, t in enumerate(tools):
         if not isinstance(t, dict):
-            raise InvalidRequest(f"tools.{i}: must be an object", "tools")
+            raise bad(f"tools.{i}: must be an object")
         if t.get("type") not in (None, "custom"):
-            raise InvalidRequest(
+            raise bad(
                 f"tools.{i}: built-in tool {t.get('type')!r} is not supported (client tools with input_schema only)",
-                "tools",
             )
         name, schema = t.get("name"), t.get("input_schema")
         if not isinstance(name, str) or not name:
-            raise InvalidRequest(f"tools.{i}.name: must be a non-empty string", "tools")
+            raise bad(f"tools.{i}.name: must be a non-empty string")
         if not isinstance(schema, dict):
-            raise InvalidRequest(f"tools.{i}.input_schema: field required (a JSON schema object)", "tools")
+            raise bad(f"tools.{i}.input_schema: field required (a JSON schema object)")
         fn = {"name": name, "parameters": schema}
         if t.get("description"):
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})
-    return out or None
+    try:
+        return check_tools(out)
+    except ToolSpecError as e:
+        raise bad(str(e)) from None
 
 
-def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict | None:
+def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict:
+    """{"type": auto | none | any | tool} -> auto | none | required | a named function."""
     if choice is None:
-        return None
+        return check_tool_choice(None, tools)
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind not in ("auto", "none", "any", "tool"):
-        raise InvalidRequest(f"tool_choice.type: {kind!r} is not one of auto, none, any, tool", "tool_choice")
+        raise bad(f"tool_choice.type: {kind!r} is not one of auto, none, any, tool")
     if choice.get("disable_parallel_tool_use"):
-        raise InvalidRequest(
-            "tool_choice.disable_parallel_tool_use is not supported (the model decides how many calls it makes)",
-            "tool_choice",
-        )
+        raise bad("tool_choice.disable_parallel_tool_use is not supported (calls are parsed as the policy wrote them)")
     if kind == "tool":
-        name = choice.get("name")
-        if name not in {t["function"]["name"] for t in tools or []}:
-            raise InvalidRequest(f"tool_choice.name: {name!r} is not in tools", "tool_choice")
-        return {"type": "function", "function": {"name": name}}
-    return "required" if kind == "any" else kind
+        chat = {"type": "function", "function": {"name": choice.get("name")}}
+    else:
+        chat = "required" if kind == "any" else kind
+    try:
+        return check_tool_choice(chat, tools)
+    except ToolSpecError as e:
+        raise bad(f"tool_choice: {e}") from None
 
 
 def _blocks(content: Any, where: str, kinds: tuple[str, ...]) -> list[dict]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     if not isinstance(content, list):
-        raise InvalidRequest(f"{where}.content: must be a string or a list of content blocks", "messages")
+        raise bad(f"{where}.content: must be a string or a list of content blocks")
     for j, b in enumerate(content):
         kind = b.get("type") if isinstance(b, dict) else None
         if kind not in kinds:
-            raise InvalidRequest(
+            raise bad(
                 f"{where}.content.{j}: block type {kind!r} is not supported here (supported: {', '.join(kinds)})",
-                "messages",
             )
     return content
 
@@ -139,14 +144,14 @@ def _blocks(content: Any, where: str, kinds: tuple[str, ...]) -> list[dict]:
 def to_messages(raw: Any) -> list[dict]:
     """Anthropic messages -> chat messages (see module docstring)."""
     if not isinstance(raw, list) or not raw:
-        raise InvalidRequest("messages: must be a non-empty list", "messages")
+        raise bad("messages: must be a non-empty list")
     out: list[dict] = []
     known: set[str] = set()
     for i, m in enumerate(raw):
         where = f"messages.{i}"
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("user", "assistant"):
-            raise InvalidRequest(f"{where}.role: must be user or assistant, got {role!r}", "messages")
+            raise bad(f"{where}.role: must be user or assistant, got {role!r}")
         if role == "assistant":
             turn: dict = {"role": "assistant", "content": ""}
             for j, b in enumerate(_blocks(m.get("content"), where, _ASSISTANT_BLOCKS)):
@@ -158,7 +163,7 @@ def to_messages(raw: Any) -> list[dict]:
                 else:
                     cid, name, args = b.get("id"), b.get("name"), b.get("input")
                     if not isinstance(cid, str) or not cid or not isinstance(name, str) or not isinstance(args, dict):
-                        raise InvalidRequest(f"{at}: tool_use needs an id, a name and an input object", "messages")
+                        raise bad(f"{at}: tool_use needs an id, a name and an input object")
                     args_json = json.dumps(args, ensure_ascii=False)
                     call = {"id": cid, "type": "function", "function": {"name": name, "arguments": args_json}}
                     turn.setdefault("tool_calls", []).append(call)
@@ -176,9 +181,8 @@ def to_messages(raw: Any) -> list[dict]:
                 text = []
             cid = b.get("tool_use_id")
             if cid not in known:
-                raise InvalidRequest(
+                raise bad(
                     f"{at}: tool_result for unknown tool_use_id {cid!r} (no tool_use block with that id precedes it)",
-                    "messages",
                 )
             result = b.get("content", "")
             out.append({"role": "tool", "tool_call_id": cid, "content": text_parts(result, f"{at}.content", ("text",))})
@@ -190,63 +194,54 @@ def to_messages(raw: Any) -> list[dict]:
 def _str(block: dict, key: str, where: str) -> str:
     v = block.get(key)
     if not isinstance(v, str):
-        raise InvalidRequest(f"{where}.{key}: must be a string", "messages")
+        raise bad(f"{where}.{key}: must be a string")
     return v
 
 
 def to_chat_turn(body: dict) -> ChatTurn:
-    check_fields(body)
-    max_tokens = positive_int(body, "max_tokens", required=True)
+    """The request as one round for the core (call `check_fields` first)."""
+    if body.get("max_tokens") is None:
+        raise bad("max_tokens: field required (a positive integer, as in Anthropic's API)")
+    max_tokens = positive_int(body, "max_tokens")
     system = body.get("system")
     system_text = "" if system is None else text_parts(system, "system", ("text",))
     tools = to_chat_tools(body.get("tools"))
     tool_choice = to_chat_tool_choice(body.get("tool_choice"), tools)
-    stop = body.get("stop_sequences")
-    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
-        raise InvalidRequest("stop_sequences: must be a list of non-empty strings", "stop_sequences")
+    stop = stop_strings(body.get("stop_sequences"), "stop_sequences")
     conversation = to_messages(body.get("messages"))
     if conversation[-1]["role"] == "assistant":
-        raise InvalidRequest("messages: the last message must not be the assistant's (prefill is not supported)")
+        raise bad("messages: the last message must not be the assistant's (prefill is not supported)")
+    messages = ([{"role": "system", "content": system_text}] if system_text else []) + conversation
     return ChatTurn(
-        messages=([{"role": "system", "content": system_text}] if system_text else []) + conversation,
+        messages=[normalize_message(m, i) for i, m in enumerate(messages)],
         tools=tools,
         tool_choice=tool_choice,
         max_tokens=max_tokens,
-        stop=list(stop) if stop else None,
-        stream=bool(body.get("stream")),
+        stop=stop,
     )
 
 
-def stop_reason(message: dict, finish_reason: str, stop_sequence: str | None) -> str:
-    if message.get("tool_calls"):
+def stop_reason(result: TurnResult, stop_sequence: str | None) -> str:
+    if result.tool_calls:
         return "tool_use"
-    if finish_reason == "length":
+    if result.finish_reason == "length":
         return "max_tokens"
     return "stop_sequence" if stop_sequence else "end_turn"
 
 
 def build_message(
-    message: dict,
-    finish_reason: str,
-    *,
-    stop_sequence: str | None,
-    prompt_tokens: int,
-    completion_tokens: int,
-    model: str,
-    new_id: Callable[[str], str] = _new_id,
+    result: TurnResult, *, stop_sequence: str | None, model: str, new_id: Callable[[str], str] = _new_id
 ) -> dict:
-    """The Message object for the core's assistant chat `message`; `stop_sequence`: the stop string that ended the
-    round, if one did."""
+    """The Message object for the core's `result`; `stop_sequence`: the stop string that ended the round, if any."""
     content: list[dict] = []
-    if message.get("reasoning_content"):
-        content.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
-    calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:
-        content.append({"type": "text", "text": message.get("content") or ""})
-    for c in calls:
-        args = json.loads(c["function"]["arguments"] or "{}")
-        content.append({"type": "tool_use", "id": c["id"], "name": c["function"]["name"], "input": args})
-    reason = stop_reason(message, finish_reason, stop_sequence)
+    if result.reasoning:
+        # No signature: nothing is signed here, and a client sends the block back as it got it.
+        content.append({"type": "thinking", "thinking": result.reasoning, "signature": ""})
+    if result.content or not result.tool_calls:
+        content.append({"type": "text", "text": result.content})
+    for c in result.tool_calls:  # the codec guarantees a JSON object as arguments
+        content.append({"type": "tool_use", "id": c.id, "name": c.name, "input": json.loads(c.arguments)})
+    reason = stop_reason(result, stop_sequence)
     return {
         "id": new_id("msg"),
         "type": "message",
@@ -256,8 +251,8 @@ def build_message(
         "stop_reason": reason,
         "stop_sequence": stop_sequence if reason == "stop_sequence" else None,
         "usage": {
-            "input_tokens": prompt_tokens,
-            "output_tokens": completion_tokens,
+            "input_tokens": len(result.prompt_ids),
+            "output_tokens": len(result.response_ids),
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
         },
@@ -288,8 +283,3 @@ def stream_events(msg: dict) -> Iterator[dict]:
     delta = {"stop_reason": msg["stop_reason"], "stop_sequence": msg["stop_sequence"]}
     yield {"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}
     yield {"type": "message_stop"}
-
-
-def sse(event: dict) -> bytes:
-    """One server-sent event as Anthropic sends them (`event:` the type, `data:` the JSON)."""
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()

@@ -25,32 +25,41 @@ turns a finished reply into the Responses event sequence (`response.created`, `r
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_ext.agent.protocols import ChatTurn, InvalidRequest, positive_int, text_parts
+from verl_ext.agent.core import ChatTurn, TurnResult, normalize_message
+from verl_ext.agent.protocols import bad, text_parts
+from verl_ext.agent.toolcall import ToolSpecError, check_tool_choice, check_tools
+from verl_ext.agent.wire.base import check_fields as _check_fields
+from verl_ext.agent.wire.base import positive_int
 
-# Fields accepted and not acted on (they do not change what is sampled or recorded), with the reason.
+HONOURED = {"input", "instructions", "tools", "tool_choice", "max_output_tokens", "stream", "previous_response_id"}
+HONOURED |= {"text"}  # text.format {"type": "text"} only (checked in `to_chat_turn`); text.verbosity is ignored
+# Accepted and not acted on: they do not change what is sampled or recorded.
 IGNORED = {
-    "model": "one model is served",
-    "temperature": "sampling follows the trainer's rollout settings",
-    "top_p": "sampling follows the trainer's rollout settings",
-    "metadata": "not stored",
-    "user": "no effect",
-    "safety_identifier": "no effect",
-    "prompt_cache_key": "verl routes an episode to one server (prefix cache)",
-    "prompt_cache_retention": "as prompt_cache_key",
-    "service_tier": "no tiers",
-    "truncation": "never truncated: an over-long episode gets 400 context_length_exceeded",
-    "include": "nothing extra to include",
-    "reasoning": "the gateway's reasoning parser decides",
-    "stream_options": "no effect",
-    "parallel_tool_calls": "the model decides how many calls it makes",
+    "model",  # one model is served
+    "temperature",  # sampling follows the trainer's rollout settings (the log-probs must be the policy's)
+    "top_p",
+    "metadata",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",  # verl routes an episode to one server (its prefix cache)
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "service_tier",
+    "include",  # nothing extra exists to include
+    "reasoning",  # the gateway's reasoning parser decides
+    "stream_options",
 }
-HANDLED = {"input", "instructions", "tools", "tool_choice", "max_output_tokens", "stream", "store"}
-HANDLED |= {"previous_response_id", "text"}  # text.format: only {"type": "text"}
+# Accepted only at these values; anything else is a 400 naming the field.
+REJECTED = {
+    "store": (False,),  # the gateway holds only an episode's last response (previous_response_id)
+    "background": (False,),
+    "truncation": ("disabled",),  # an over-long episode gets 400 context_length_exceeded, never a cut history
+    "parallel_tool_calls": (True,),  # calls are parsed as the policy wrote them
+}
 INPUT_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 _TEXT_IN = ("input_text", "output_text", "text")
 
@@ -59,56 +68,45 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def check_fields(body: dict) -> None:
-    """400 for any field this adapter neither implements nor may ignore (named, as issue 21 asks of chat)."""
-    for key, v in body.items():
-        if key in HANDLED or key in IGNORED or v is None:
-            continue
-        if key == "background" and v is False:
-            continue
-        raise InvalidRequest(f"{key} is not supported by this gateway's Responses API", key)
-    if body.get("store") is True:
-        raise InvalidRequest("store is not supported: send the full input each turn (store: false)", "store")
-    text = body.get("text")
-    if text is not None:
-        fmt = text.get("format") if isinstance(text, dict) else None
-        if not isinstance(text, dict) or (fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text")):
-            kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-            raise InvalidRequest(f"text.format {kind!r} is not supported (structured output is not enforced)", "text")
+def check_fields(body: dict) -> list[str]:
+    """Nothing silently ignored (`wire.base.check_fields`): the ignored fields present (for the reply's header)."""
+    return _check_fields(body, HONOURED, IGNORED, REJECTED)
 
 
 def to_chat_tools(tools: Any) -> list[dict] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise InvalidRequest("tools must be a list", "tools")
+        raise bad("tools must be a list")
     out = []
     for i, t in enumerate(tools):
         kind = t.get("type") if isinstance(t, dict) else None
         if kind != "function":
-            raise InvalidRequest(
-                f"tools[{i}]: built-in tool {kind!r} is not supported (function tools only: the agent runs its tools)",
-                "tools",
+            raise bad(
+                f"tools[{i}]: built-in tool {kind!r} is not supported (function tools only: agents run their tools)"
             )
         if not isinstance(t.get("name"), str) or not t["name"]:
-            raise InvalidRequest(f"tools[{i}].name must be a non-empty string", "tools")
+            raise bad(f"tools[{i}].name must be a non-empty string")
         fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
         if t.get("description"):
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})
-    return out or None
+    try:
+        return check_tools(out)
+    except ToolSpecError as e:
+        raise bad(str(e)) from None
 
 
-def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict | None:
-    if choice is None or choice in ("auto", "none", "required"):
-        return choice
+def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict:
+    """`auto` / `none` / `required` / {"type": "function", "name"} -> the chat form; hosted-tool choices are 400s."""
     if isinstance(choice, dict) and choice.get("type") == "function":
-        name = choice.get("name")
-        if name not in {t["function"]["name"] for t in tools or []}:
-            raise InvalidRequest(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
-        return {"type": "function", "function": {"name": name}}
-    kind = choice.get("type") if isinstance(choice, dict) else choice
-    raise InvalidRequest(f"tool_choice {kind!r} is not supported (auto, none, required or a function)", "tool_choice")
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    elif isinstance(choice, dict):
+        raise bad(f"tool_choice {choice.get('type')!r} is not supported (auto, none, required or a function)")
+    try:
+        return check_tool_choice(choice, tools)
+    except ToolSpecError as e:
+        raise bad(str(e)) from None
 
 
 def _call_ids(messages: list[dict]) -> set[str]:
@@ -122,7 +120,7 @@ def items_to_messages(items: Any, known_calls: set[str]) -> list[dict]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
-        raise InvalidRequest("input must be a non-empty string or a non-empty list of items", "input")
+        raise bad("input must be a non-empty string or a non-empty list of items")
     known = set(known_calls)
     out: list[dict] = []
     turn: dict | None = None  # the assistant turn being folded together
@@ -137,16 +135,14 @@ def items_to_messages(items: Any, known_calls: set[str]) -> list[dict]:
     for i, it in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(it, dict):
-            raise InvalidRequest(f"{where} must be an object", "input")
+            raise bad(f"{where} must be an object")
         kind = it.get("type", "message" if "role" in it else None)
         if kind not in INPUT_ITEM_TYPES:
-            raise InvalidRequest(
-                f"{where}: item type {kind!r} is not supported (supported: {', '.join(INPUT_ITEM_TYPES)})", "input"
-            )
+            raise bad(f"{where}: item type {kind!r} is not supported (supported: {', '.join(INPUT_ITEM_TYPES)})")
         if kind == "message":
             role = it.get("role")
             if role not in ("user", "system", "developer", "assistant"):
-                raise InvalidRequest(f"{where}.role must be user, system, developer or assistant: {role!r}", "input")
+                raise bad(f"{where}.role must be user, system, developer or assistant: {role!r}")
             text = text_parts(it.get("content"), f"{where}.content", _TEXT_IN + ("refusal",) * (role == "assistant"))
             if role == "assistant":
                 if turn is not None and turn.get("tool_calls"):
@@ -166,9 +162,9 @@ def items_to_messages(items: Any, known_calls: set[str]) -> list[dict]:
         elif kind == "function_call":
             cid, name, args = it.get("call_id"), it.get("name"), it.get("arguments")
             if not isinstance(cid, str) or not cid:
-                raise InvalidRequest(f"{where}.call_id must be a non-empty string", "input")
+                raise bad(f"{where}.call_id must be a non-empty string")
             if not isinstance(name, str) or not name or not isinstance(args, str):
-                raise InvalidRequest(f"{where}: a function_call needs a name and arguments (a JSON string)", "input")
+                raise bad(f"{where}: a function_call needs a name and arguments (a JSON string)")
             assistant().setdefault("tool_calls", []).append(
                 {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
             )
@@ -177,97 +173,102 @@ def items_to_messages(items: Any, known_calls: set[str]) -> list[dict]:
             turn = None
             cid = it.get("call_id")
             if cid not in known:
-                raise InvalidRequest(
+                raise bad(
                     f"{where}: function_call_output for unknown call_id {cid!r} (no function_call with that call_id "
                     "precedes it)",
-                    "input",
                 )
             output = text_parts(it.get("output"), f"{where}.output", _TEXT_IN)
             out.append({"role": "tool", "tool_call_id": cid, "content": output})
     return out
 
 
-def to_chat_turn(body: dict, held: tuple[str, list[dict]] | None = None) -> ChatTurn:
-    """The request as one round for the core. `held`: (id, conversation without instructions) of the episode's last
-    response, which `previous_response_id` may name."""
-    check_fields(body)
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def to_chat_turn(body: dict, held: tuple[str, list[dict]] | None = None) -> tuple[ChatTurn, list[dict]]:
+    """The request as one round for the core, and the conversation it continues without the instructions (what the
+    caller holds, with the reply, for the next `previous_response_id`). `held`: (id, conversation) of the episode's
+    last response. Call `check_fields` first."""
     prev_id = body.get("previous_response_id")
     history: list[dict] = []
     if prev_id is not None:
         if held is None or held[0] != prev_id:
-            raise InvalidRequest(
+            raise bad(
                 f"previous_response_id {prev_id!r} is not this episode's last response: send the full input "
-                "(the gateway holds only an episode's last response)",
-                "previous_response_id",
+                "(the gateway holds only an episode's last response)"
             )
         history = held[1]
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise InvalidRequest("instructions must be a string", "instructions")
+        raise bad("instructions must be a string")
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if text is not None and (not isinstance(text, dict) or (fmt is not None and (fmt or {}).get("type") != "text")):
+        kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+        raise bad(f"text.format {kind!r} is not supported (constrained decoding would not sample the policy)")
     tools = to_chat_tools(body.get("tools"))
     tool_choice = to_chat_tool_choice(body.get("tool_choice"), tools)
     conversation = history + items_to_messages(body.get("input"), _call_ids(history))
     if conversation[-1]["role"] == "assistant":
-        raise InvalidRequest("the last input item must not be the assistant's (prefill is not supported)", "input")
+        raise bad("the last input item must not be the assistant's (prefill is not supported)")
     system = [{"role": "system", "content": instructions}] if instructions else []
-    return ChatTurn(
-        messages=system + conversation,
+    include = body.get("include") or []
+    turn = ChatTurn(
+        messages=[normalize_message(m, i) for i, m in enumerate(system + conversation)],
         tools=tools,
         tool_choice=tool_choice,
         max_tokens=positive_int(body, "max_output_tokens"),
-        stream=bool(body.get("stream")),
-        extra={"conversation": conversation},
+        logprobs=isinstance(include, list) and LOGPROBS_INCLUDE in include,
     )
+    return turn, conversation
 
 
 def build_response(
     body: dict,
-    message: dict,
-    finish_reason: str,
+    result: TurnResult,
     *,
-    prompt_tokens: int,
-    completion_tokens: int,
     model: str,
     created_at: float,
+    token_logprobs: list[dict] | None = None,
     new_id: Callable[[str], str] = _new_id,
 ) -> dict:
-    """The Response object for the core's assistant chat `message` (`content`, `reasoning_content`, `tool_calls`)."""
-    incomplete = finish_reason == "length"
+    """The Response object for the core's `result`. `token_logprobs`: OpenAI logprob entries of the sampled tokens
+    (when the request included `message.output_text.logprobs`)."""
+    incomplete = result.finish_reason == "length"
     output: list[dict] = []
-    if message.get("reasoning_content"):
+    if result.reasoning:
         output.append(
             {
                 "id": new_id("rs"),
                 "type": "reasoning",
                 "summary": [],
-                "content": [{"type": "reasoning_text", "text": message["reasoning_content"]}],
+                "content": [{"type": "reasoning_text", "text": result.reasoning}],
                 "status": "completed",
             }
         )
-    calls = message.get("tool_calls") or []
-    if message.get("content") or not calls:
+    if result.content or not result.tool_calls:
+        part = {"type": "output_text", "text": result.content, "annotations": [], "logprobs": token_logprobs or []}
         output.append(
             {
                 "id": new_id("msg"),
                 "type": "message",
                 "role": "assistant",
-                "status": "incomplete" if incomplete and not calls else "completed",
-                "content": [
-                    {"type": "output_text", "text": message.get("content") or "", "annotations": [], "logprobs": []}
-                ],
+                "status": "incomplete" if incomplete and not result.tool_calls else "completed",
+                "content": [part],
             }
         )
-    for c in calls:
+    for c in result.tool_calls:
         output.append(
             {
                 "id": new_id("fc"),
                 "type": "function_call",
-                "call_id": c["id"],
-                "name": c["function"]["name"],
-                "arguments": c["function"]["arguments"],
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": c.arguments,
                 "status": "completed",
             }
         )
+    n_in, n_out = len(result.prompt_ids), len(result.response_ids)
     return {
         "id": new_id("resp"),
         "object": "response",
@@ -291,11 +292,11 @@ def build_response(
         "truncation": "disabled",
         "metadata": body.get("metadata") or {},
         "usage": {
-            "input_tokens": prompt_tokens,
+            "input_tokens": n_in,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": completion_tokens,
+            "output_tokens": n_out,
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt_tokens + completion_tokens,
+            "total_tokens": n_in + n_out,
         },
     }
 
@@ -342,8 +343,3 @@ def stream_events(response: dict) -> Iterator[dict]:
         yield ev("response.output_item.done", output_index=i, item=item)
     final = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
     yield ev(final, response=response)
-
-
-def sse(event: dict) -> bytes:
-    """One server-sent event as OpenAI sends them (`event:` the type, `data:` the JSON)."""
-    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
