@@ -1,5 +1,5 @@
 # The two commands of the README. Both create .venv from the project's files first if it is missing or stale.
-.PHONY: demo test test-multinode env
+.PHONY: demo test test-multinode test-gpu env
 
 env:
 	bash scripts/setup_env.sh
@@ -15,3 +15,11 @@ test: env
 # The multi-node cluster tests: a real 2-node Ray cluster on 127.0.0.1 (docs/CLUSTER.md); not part of `make test`.
 test-multinode: env
 	bash scripts/run_tests.sh -m multinode tests/launch $(ARGS)
+
+# On a GPU machine, in the Python environment of the GPU install (not .venv, which holds the CPU stack): the install
+# check, then every end-to-end test on one CUDA GPU (VERL_EXT_TEST_BACKEND=gpu: the tiny model, no CPU backend, the
+# same assertions), except the multi-node ones. Without CUDA the check fails and names what is missing.
+PYTHON ?= python
+test-gpu:
+	$(PYTHON) -m verl_ext.doctor --require-backend gpu
+	VERL_EXT_TEST_BACKEND=gpu $(PYTHON) -m pytest -q -ra --durations=20 -m "e2e and not multinode" $(ARGS)
