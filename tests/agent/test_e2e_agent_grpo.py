@@ -9,8 +9,7 @@ import sys
 import pytest
 
 from tests.agent.tasks import write_tasks
-from tests.conftest import run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, run_task_runner, tiny_run_overrides
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +61,7 @@ def run(tmp_path, tiny_assets, overrides, trainer="verl_ext.agent.trainer.AgentP
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     tasks = write_tasks(tiny_assets.train_file, tmp_path / "tasks.parquet", n_tasks)
-    cfg = compose_config(
+    cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, steps=steps)
         + agent_overrides(tmp_path, tasks, overrides.pop("command", GUESS))
@@ -72,7 +71,6 @@ def run(tmp_path, tiny_assets, overrides, trainer="verl_ext.agent.trainer.AgentP
             f"+trainer.trainer_cls={trainer}",
             *overrides.get("extra", []),
         ],
-        backend="cpu",
     )
     run_task_runner(ExtTaskRunner, cfg)
     return read_jsonl(tmp_path / "metrics.jsonl")

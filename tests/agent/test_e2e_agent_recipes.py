@@ -10,8 +10,7 @@ import pytest
 
 from tests.agent.tasks import write_tasks
 from tests.agent.test_e2e_agent_grpo import CALC, agent_overrides
-from tests.conftest import run_task_runner, tiny_run_overrides
-from verl_ext.config.compose import compose_config
+from tests.conftest import e2e_config, run_task_runner, tiny_run_overrides
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -33,10 +32,10 @@ def test_calc_agent_fast_dapo(ray_cpu, tiny_assets, tmp_path):
 
     register_resolvers()
     tasks = write_tasks(tiny_assets.train_file, tmp_path / "tasks.parquet", 32)
-    cfg = compose_config(
+    cfg = e2e_config(
         "fast_dapo",
         [
-            "+preset=cpu_demo",
+            "+preset=tiny",
             "data.train_batch_size=2",
             "data.gen_batch_size=4",
             "actor_rollout_ref.rollout.n=2",
@@ -74,13 +73,12 @@ def test_calc_agent_composer_sdpo_from_step_metas(ray_cpu, tiny_assets, tmp_path
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     tasks = write_tasks(tiny_assets.train_file, tmp_path / "tasks.parquet", 8)
-    cfg = compose_config(
+    cfg = e2e_config(
         "composer",
         tiny_run_overrides(tiny_assets, tmp_path, 2)
         + ["+arm=sdpo", "trainer.trainer_cls=verl_ext.agent.trainer.AgentComposerTrainer"]
         + agent_overrides(tmp_path, tasks, CALC, response_length=128),
         config_module="recipe.composer.config",
-        backend="cpu",
     )
     run_task_runner(ExtTaskRunner, cfg)
     rows = read_jsonl(tmp_path / "metrics.jsonl")
