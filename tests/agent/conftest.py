@@ -101,3 +101,63 @@ def gateway(loop_thread, tiny_tokenizer, tiny_backend):
     loop_thread.run(gw.start())
     yield gw
     loop_thread.run(gw.stop())
+
+
+class ScriptedBackend:
+    """A rollout that "samples" scripted replies: each call pops the next text (or calls `script(prompt_text)`),
+    tokenizes it with the real tokenizer, appends EOS and honours `max_tokens` and `stop` as vLLM does (generation
+    ends at the token that completes a stop string; that token is still returned). Log-probs are fixed numbers
+    (-0.01 * position - 0.1) so a test can tell every sampled token's own log-prob apart. Records every call."""
+
+    def __init__(self, tokenizer, script):
+        self.tok, self.script = tokenizer, script
+        self.calls: list[tuple[list[int], dict, list[int]]] = []
+
+    def _next(self, prompt_ids) -> str:
+        if callable(self.script):
+            return self.script(self.tok.decode(prompt_ids))
+        return self.script.pop(0)
+
+    async def __call__(self, request_id, prompt_ids, sampling_params):
+        text = self._next(prompt_ids)
+        ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+        ids = ids[: int(sampling_params["max_tokens"])]
+        stops = sampling_params.get("stop") or []
+        if stops:
+            for k in range(1, len(ids) + 1):
+                if any(s in self.tok.decode(ids[:k], skip_special_tokens=True) for s in stops):
+                    ids = ids[:k]
+                    break
+        lps = [-0.1 - 0.01 * i for i in range(len(ids))]
+        self.calls.append((list(prompt_ids), dict(sampling_params), ids))
+        return ids, (lps if sampling_params.get("logprobs") else None), 0
+
+
+@pytest.fixture(scope="session")
+def tool_tokenizer(tiny_assets):
+    """The tiny tokenizer with the project's current chat template (tools, hermes tool calls), whatever template
+    the cached assets were built with: the gateway-level tests do not depend on the asset cache's age."""
+    from transformers import AutoTokenizer
+
+    from verl_ext.toy.tokenizer import CHAT_TEMPLATE
+
+    tok = AutoTokenizer.from_pretrained(tiny_assets.model_dir)
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+@pytest.fixture
+def scripted_gateway(loop_thread, tool_tokenizer):
+    """`make(script, **gateway_kw) -> (gateway, backend)`: a started gateway over a `ScriptedBackend`."""
+    made = []
+
+    def make(script, **kw):
+        backend = ScriptedBackend(tool_tokenizer, script)
+        gw = make_gateway(tool_tokenizer, backend, **{"prompt_length": 2048, "response_length": 2048, **kw})
+        loop_thread.run(gw.start())
+        made.append(gw)
+        return gw, backend
+
+    yield make
+    for gw in made:
+        loop_thread.run(gw.stop())

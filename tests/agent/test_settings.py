@@ -18,8 +18,23 @@ def test_defaults_and_command_forms():
     assert (s.host, s.port, s.timeout_s, s.max_inflight) == ("127.0.0.1", 0, 120.0, 256)
     assert (s.on_rewrite, s.score_source, s.mode, s.max_staleness) == ("drop", "agent", "sync", 1)
     assert AgentSettings.from_mapping({"command": [PY, "x.py"], "env": {"A": 1}}).env == {"A": "1"}
-    pool = AgentSettings.from_mapping({"launch": "pool", "port": 8700})  # workers are the user's: no command
+    pool = AgentSettings.from_mapping({"launch": "pool", "port": 8700, "api_key": "k"})  # workers are the user's
     assert pool.command == () and pool.launch == "pool"
+    assert (s.tool_parser, s.reasoning_parser) == ("hermes", "none")
+
+
+def test_api_key_defaults_to_a_random_key_per_gateway():
+    from verl_ext.agent.settings import gateway_key
+
+    s = AgentSettings.from_mapping({"command": PY})
+    assert s.api_key is None
+    keys = {gateway_key(s) for _ in range(3)}
+    assert len(keys) == 3 and all(len(k) >= 32 for k in keys)
+    assert gateway_key(AgentSettings.from_mapping({"command": PY, "api_key": "mine"})) == "mine"
+    # loopback hosts need no explicit key; an explicit key allows any host
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.5"):
+        assert AgentSettings.from_mapping({"command": PY, "host": host}).api_key is None
+    assert AgentSettings.from_mapping({"command": PY, "host": "0.0.0.0", "api_key": "k"}).host == "0.0.0.0"
 
 
 @pytest.mark.parametrize(
@@ -37,7 +52,13 @@ def test_defaults_and_command_forms():
         ({"command": PY, "max_staleness": -1}, "max_staleness must be >= 0"),
         ({"command": PY, "comand": PY}, r"unknown keys \['comand'\]"),
         ({"command": PY, "launch": "docker"}, "launch must be one of"),
-        ({"launch": "pool"}, "needs a fixed external_agent.port"),
+        ({"launch": "pool", "api_key": "k"}, "needs a fixed external_agent.port"),
+        ({"launch": "pool", "port": 8700}, "launch=pool needs an explicit external_agent.api_key"),
+        ({"command": PY, "host": "0.0.0.0"}, "host='0.0.0.0' is reachable from other machines"),
+        ({"command": PY, "host": "10.1.2.3"}, "set an explicit external_agent.api_key"),
+        ({"command": PY, "api_key": ""}, "api_key must be a non-empty string"),
+        ({"command": PY, "tool_parser": "xml"}, "tool_parser must be one of verl's tool parsers"),
+        ({"command": PY, "reasoning_parser": "r1"}, "reasoning_parser must be one of"),
         ({"command": PY, "mode": "async", "max_staleness": 0}, "max_staleness must be >= 1"),
     ],
 )

@@ -4,7 +4,9 @@
 The agent gets its session through environment variables only, so an unchanged OpenAI-client program works:
 
     OPENAI_BASE_URL  <gateway>/s/<episode_id>/v1     (read by the openai client itself)
-    OPENAI_API_KEY   external_agent.api_key
+    OPENAI_API_KEY   the gateway's key (external_agent.api_key, or the random per-run key when unset)
+    ANTHROPIC_BASE_URL <gateway>/s/<episode_id>     (read by the anthropic client, which appends /v1/messages)
+    ANTHROPIC_API_KEY  the same key
     AGENT_SCORE_URL  <gateway>/s/<episode_id>/scores (POST {"score": float, "acc"?: float, "step_metas"?: [...]})
     AGENT_EPISODE_ID <episode_id>
     AGENT_TASK       the dataset row as JSON: {"prompt", "reward_model", "extra_info", "data_source"}
@@ -73,7 +75,9 @@ def agent_env(settings: AgentSettings, gateway: Gateway, episode_id: str, task: 
         **os.environ,
         **settings.env,
         "OPENAI_BASE_URL": f"{url}/v1",
-        "OPENAI_API_KEY": settings.api_key,
+        "OPENAI_API_KEY": gateway.api_key or "",
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": gateway.api_key or "",
         "AGENT_SCORE_URL": f"{url}/scores",
         "AGENT_EPISODE_ID": episode_id,
         "AGENT_TASK": json.dumps(task),

@@ -243,6 +243,23 @@ class EpisodeCore:
         self._pending = 0  # generation requests admitted and not yet answered
         self._inflight_gen = 0  # rollout calls in flight
         self._eos = tokenizer.eos_token_id
+        self._renders_tools: bool | None = None
+
+    def check_template_renders_tools(self) -> None:
+        """A chat template without a tools section would drop `tools` silently: refuse them instead (checked once
+        per core, by rendering a probe with and without a tool)."""
+        if self._renders_tools is None:
+            probe = [{"role": "user", "content": "x"}]
+            tool = [{"type": "function", "function": {"name": "probe_tool", "parameters": {"type": "object"}}}]
+            self._renders_tools = self.builder.build_initial_tokens(probe, tools=tool) != (
+                self.builder.build_initial_tokens(probe)
+            )
+        if not self._renders_tools:
+            raise RequestError(
+                400,
+                "tools: the model's chat template does not render tools, so the model would "
+                "never see them (use a tokenizer whose chat template has a tools section)",
+            )
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, sampling_params: dict[str, Any], episode_id: str | None = None, **meta) -> Session:
@@ -359,6 +376,8 @@ class EpisodeCore:
             raise RequestError(400, "messages must be a non-empty list")
         if messages[-1]["role"] == "assistant":
             raise RequestError(400, "the last message must not be the assistant's (prefill is not supported)")
+        if turn.tools:
+            self.check_template_renders_tools()
         tools_key = json.dumps(turn.tools, sort_keys=True) if turn.tools else None
         async with s.lock:
             t0 = time.perf_counter()

@@ -22,6 +22,7 @@ placeholder with response mask 0 and status columns `agent_status`, `agent_episo
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -36,7 +37,7 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl_ext.agent.agent_process import run_episode
 from verl_ext.agent.episode import Status
 from verl_ext.agent.gateway import Gateway
-from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings
+from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings, gateway_key
 from verl_ext.agent.trajectory import truncate
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,9 @@ class ExternalAgentLoop(AgentLoopBase):
                     host=s.host,
                     port=s.port + offset if s.port else 0,
                     max_inflight=s.max_inflight,
-                    api_key=s.api_key,
+                    api_key=gateway_key(s),
+                    tool_parser=s.tool_parser,
+                    reasoning_parser=s.reasoning_parser,
                 )
                 try:
                     await gw.start()
@@ -153,6 +156,8 @@ class ExternalAgentLoop(AgentLoopBase):
             "agent_status": outcome.status.value,
             "agent_rounds": len(session.rounds),
             "agent_segments": outcome.n_segments,
+            # how its rounds joined (core.Drift): extended / split by reason / tool-call faults, as JSON
+            "agent_drift": json.dumps(session.drift.as_dict(), sort_keys=True),
             "agent_wall_s": wall,
             # oldest weight version that sampled the trained tokens; the trainer turns it into staleness (-1: unknown)
             "agent_policy_version": -1 if version is None else int(version),

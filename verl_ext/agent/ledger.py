@@ -1,8 +1,10 @@
 """The episode ledger: one JSONL line per training step naming every episode of the step, so that no episode is
 trained twice or lost silently, across crashes and resumes.
 
-Line: `{"step": k, "trained": [episode ids], "dropped": {episode id: status}, "staleness": {episode id: updates}}`
-(`staleness` lists trained episodes only). Each line is flushed before the step's update runs.
+Line: `{"step": k, "trained": [episode ids], "dropped": {episode id: status}, "staleness": {episode id: updates},
+"drift": {episode id: {"extended": n, "split": {reason: n}, "tool_faults": {kind: n}}}}` (`staleness` lists trained
+episodes only; `drift`, how each episode's rounds joined (`core.Drift`), lists episodes of more than one round or
+with a tool-call fault). Each line is flushed before the step's update runs.
 
 Resume: verl resumes from the last checkpoint, step c, and regenerates steps c+1, ... with new episodes. Lines of
 steps after c are cut on opening (the metrics log does the same), so the ledger again holds exactly the steps whose
@@ -27,7 +29,14 @@ class EpisodeLedger:
             self.seen.update(rec.get("trained", []))
             self.seen.update(rec.get("dropped", {}))
 
-    def record(self, step: int, ids: Sequence[str], statuses: Sequence[str], staleness: Sequence[int] | None = None):
+    def record(
+        self,
+        step: int,
+        ids: Sequence[str],
+        statuses: Sequence[str],
+        staleness: Sequence[int] | None = None,
+        drift: dict[str, dict] | None = None,
+    ):
         """Check that no id repeats (within the step or against earlier steps), then append the step's line."""
         ids = [str(e) for e in ids]
         if len(statuses) != len(ids) or (staleness is not None and len(staleness) != len(ids)):
@@ -43,6 +52,8 @@ class EpisodeLedger:
         }
         if staleness is not None:
             line["staleness"] = {e: int(n) for e, s, n in zip(ids, statuses, staleness, strict=True) if s == "ok"}
+        if drift:
+            line["drift"] = {str(e): d for e, d in drift.items()}
         self._writer.log(step, line)
         self.seen.update(ids)
 

@@ -4,13 +4,16 @@ gateway and the trainer read the same validated values."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import secrets
 import shlex
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES
+from verl_ext.agent.toolcall import REASONING_PARSERS
 
 AGENT_LOOP_NAME = "external_agent"
 MODES = ("sync", "async")
@@ -26,12 +29,14 @@ class AgentSettings:
     max_inflight: int = 256
     on_rewrite: str = "drop"
     score_source: str = "agent"
-    api_key: str = "verl-ext"
+    api_key: str | None = None  # None: a random key per gateway, handed to the agents in OPENAI_API_KEY
     env: dict[str, str] = field(default_factory=dict)
     episode_log: str | None = None
     mode: str = "sync"
     max_staleness: int = 1
     launch: str = "process"
+    tool_parser: str = "hermes"
+    reasoning_parser: str = "none"
 
     @classmethod
     def from_mapping(cls, block: Any) -> AgentSettings:
@@ -66,13 +71,38 @@ class AgentSettings:
             max_inflight=int(d.get("max_inflight", cls.max_inflight)),
             on_rewrite=str(d.get("on_rewrite", cls.on_rewrite)),
             score_source=str(d.get("score_source", cls.score_source)),
-            api_key=str(d.get("api_key", cls.api_key)),
+            api_key=None if d.get("api_key") is None else str(d["api_key"]),
             env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
             episode_log=d.get("episode_log"),
             mode=str(d.get("mode", cls.mode)),
             max_staleness=int(d.get("max_staleness", cls.max_staleness)),
             launch=launch,
+            tool_parser=str(d.get("tool_parser", cls.tool_parser)),
+            reasoning_parser=str(d.get("reasoning_parser", cls.reasoning_parser)),
         )
+        if s.api_key is not None and not s.api_key:
+            raise ValueError("external_agent.api_key must be a non-empty string (or unset: a random key per run)")
+        if s.api_key is None and not is_loopback(s.host):
+            raise ValueError(
+                f"external_agent.host={s.host!r} is reachable from other machines: set an explicit "
+                "external_agent.api_key (the random per-run key is only for a gateway on 127.0.0.1 / localhost)"
+            )
+        if s.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"external_agent.reasoning_parser must be one of {REASONING_PARSERS}, got {s.reasoning_parser!r}"
+            )
+        from verl.experimental.agent_loop.tool_parser import ToolParser
+
+        if s.tool_parser not in ToolParser._registry:
+            raise ValueError(
+                f"external_agent.tool_parser must be one of verl's tool parsers {sorted(ToolParser._registry)}, "
+                f"got {s.tool_parser!r}"
+            )
+        if s.launch == "pool" and s.api_key is None:
+            raise ValueError(
+                "external_agent.launch=pool needs an explicit external_agent.api_key: the workers you start "
+                "must know it (process-mode agents get the random per-run key in OPENAI_API_KEY)"
+            )
         if not 0 <= s.port < 65536:
             raise ValueError(f"external_agent.port must be 0 (any free port) or a port number, got {s.port}")
         if s.timeout_s <= 0:
@@ -98,6 +128,21 @@ class AgentSettings:
                 "trains, so they are 1 update stale: max_staleness must be >= 1"
             )
         return s
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def gateway_key(settings: AgentSettings) -> str:
+    """The key a gateway expects: the configured one, else a fresh random one (per gateway, i.e. per run and
+    agent-loop worker), which the agents get in OPENAI_API_KEY."""
+    return settings.api_key if settings.api_key is not None else secrets.token_urlsafe(24)
 
 
 def uses_external_agent(config) -> bool:

@@ -13,7 +13,10 @@ training step it
   is never trained twice; `external_agent.episode_log`, default `episodes.jsonl` beside
   `trainer.jsonl_metrics_path`);
 - logs `agent/episodes`, `agent/ok`, `agent/dropped/<status>` (every status, 0 included), `agent/rewrites`,
-  `agent/rounds_mean`, `agent/staleness_max` in the step's metrics.
+  `agent/rounds_mean`, `agent/staleness_max` in the step's metrics, and the drift accounting of the gateway
+  (`core.Drift`): `agent/drift/extended`, `agent/drift/split/<reason>` (every reason, 0 included),
+  `agent/tool_faults/<kind>`, `agent/drift/splits_per_1k_rounds`; per episode in the ledger, and summed over the
+  run in `drift_summary.json` beside it (printed when training ends).
 
 Modes (`external_agent.mode`):
 - `sync` (default): all episodes of a step finish before its update (on-policy, staleness 0).
@@ -31,11 +34,14 @@ Modes (`external_agent.mode`):
 from __future__ import annotations
 
 import concurrent.futures
+import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from verl import DataProto
 
+from verl_ext.agent.core import SPLIT_REASONS, TOOL_FAULTS
 from verl_ext.agent.episode import DROP_STATUSES, stale_mask, staleness
 from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.settings import AgentSettings, uses_external_agent
@@ -54,6 +60,30 @@ def episode_columns_metrics(status: np.ndarray, rounds: np.ndarray, segments: np
     return m
 
 
+def drift_metrics(column) -> tuple[dict[str, float], dict[int, dict]]:
+    """The step's drift counters from the `agent_drift` column (JSON per episode, `core.Drift.as_dict`), and the
+    parsed rows that are worth a ledger entry (more than one round joined, or a tool-call fault). Pure."""
+    total, notable = Counter(), {}
+    for i, raw in enumerate(column):
+        d = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        total["extended"] += d.get("extended", 0)
+        for r, n in d.get("split", {}).items():
+            total[f"split/{r}"] += n
+        for k, n in d.get("tool_faults", {}).items():
+            total[f"tool_faults/{k}"] += n
+        if d.get("extended") or d.get("split") or d.get("tool_faults"):
+            notable[i] = d
+    m = {"agent/drift/extended": float(total["extended"])}
+    for r in SPLIT_REASONS:
+        m[f"agent/drift/split/{r}"] = float(total[f"split/{r}"])
+    for k in TOOL_FAULTS:
+        m[f"agent/tool_faults/{k}"] = float(total[f"tool_faults/{k}"])
+    splits = sum(total[f"split/{r}"] for r in SPLIT_REASONS)
+    joins = splits + total["extended"]  # rounds after the first of each episode
+    m["agent/drift/splits_per_1k_rounds"] = 1000.0 * splits / joins if joins else 0.0
+    return m, notable
+
+
 def versions_of(column) -> list[int | None]:
     """The `agent_policy_version` column with -1 (the rollout reported no version) as None."""
     return [None if v is None or int(v) < 0 else int(v) for v in column]
@@ -68,6 +98,7 @@ class AgentEpisodesMixin:
         self._episode_ledger: EpisodeLedger | None = None
         self._prefetch: concurrent.futures.Future | None = None
         self._resumed_ahead = _END  # the checkpoint's batch that was running ahead, trained first on resume
+        self._drift_totals: Counter = Counter()  # drift counters summed over the steps this process trained
 
     @property
     def agent_async(self) -> bool:
@@ -154,9 +185,15 @@ class AgentEpisodesMixin:
             ids, status, stale_n, m = apply_episode_outcomes(
                 batch, self.global_steps, self.agent_settings.max_staleness, enforce_staleness=self.agent_async
             )
+            drift = {}
+            if "agent_drift" in batch.non_tensor_batch:
+                dm, notable = drift_metrics(batch.non_tensor_batch["agent_drift"])
+                m.update(dm)
+                self._drift_totals.update({k: v for k, v in dm.items() if "per_1k" not in k})
+                drift = {ids[i]: d for i, d in notable.items()}
             ledger = self._ledger()
             if ledger is not None:  # before the update: a crash after it leaves the step in the ledger, as the log
-                ledger.record(self.global_steps, ids, list(status), list(stale_n))
+                ledger.record(self.global_steps, ids, list(status), list(stale_n), drift=drift)
             metrics.update(m)
         return super().train_on_batch(batch, metrics, timing_raw)
 
@@ -166,6 +203,19 @@ class AgentEpisodesMixin:
         finally:
             if self._episode_ledger is not None:
                 self._episode_ledger.close()
+            self._write_drift_summary()
+
+    def _write_drift_summary(self) -> None:
+        """The run summary of the gateway's drift accounting: printed, and `drift_summary.json` beside the ledger."""
+        if not self._drift_totals:
+            return
+        t = {k.removeprefix("agent/"): int(v) for k, v in sorted(self._drift_totals.items())}
+        splits = sum(v for k, v in t.items() if k.startswith("drift/split/"))
+        joins = splits + t.get("drift/extended", 0)
+        t["drift/splits_per_1k_rounds"] = round(1000.0 * splits / joins, 3) if joins else 0.0
+        print(f"[agent] drift over the run: {json.dumps(t)}")
+        if (path := self._episode_log_path()) is not None:
+            path.with_name("drift_summary.json").write_text(json.dumps(t, indent=1) + "\n")
 
 
 def apply_episode_outcomes(batch: DataProto, step: int, max_staleness: int, enforce_staleness: bool):
