@@ -303,3 +303,34 @@ def test_example_agent_plays_on_the_tiny_model(module, loop_thread, tiny_tokeniz
             assert r.outcome.n_segments == 1 and r.session.drift.extended == 1  # one token-true sample
     finally:
         loop_thread.run(gw.stop())
+
+
+# ---------------------------------------------------------------- the OpenAI Agents SDK on its default Responses model
+def test_openai_agents_sdk_on_its_responses_model(scripted_gateway, tiny_tokenizer):
+    from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+    from agents.models.openai_provider import OpenAIProvider
+    from openai import AsyncOpenAI
+
+    from verl_ext.agent.examples.calc_agent import evaluate
+
+    set_tracing_disabled(True)  # no trace export to OpenAI's servers
+    call = '<tool_call>\n{"name": "calc", "arguments": {"expr": "1+2"}}\n</tool_call>'
+    gw, s, backend = scripted_gateway([call, "\\boxed{3}"])
+    seen = []
+
+    @function_tool
+    def calc(expr: str) -> str:
+        """Evaluate an integer expression."""
+        seen.append(expr)
+        return str(evaluate(expr))
+
+    agent = Agent(name="calculator", instructions="Use the calculator, then answer in \\boxed{}.", tools=[calc])
+    client = AsyncOpenAI(base_url=gw.session_url(s.episode_id) + "/v1", api_key="k")
+    # The SDK's default model class for a model name (OpenAIResponsesModel), on the gateway's client.
+    config = RunConfig(model="policy", model_provider=OpenAIProvider(openai_client=client, use_responses=True))
+    result = Runner.run_sync(agent, "What is 1+2?", run_config=config)
+    assert seen == ["1+2"] and result.final_output == "\\boxed{3}"
+    prompt2 = tiny_tokenizer.decode(s.rounds[1].prompt_ids)
+    assert prompt2.startswith("<|im_start|>system\nUse the calculator") and '"strict"' not in prompt2
+    assert prompt2.endswith("<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    check_one_token_true_sample(tiny_tokenizer, s, [call, "\\boxed{3}"])

@@ -20,18 +20,10 @@ from openai import BadRequestError, OpenAI
 from verl_ext.agent.examples.calc_agent import evaluate, is_correct
 from verl_ext.agent.examples.score import post_score, task
 
-CALC = {
-    "type": "function",
-    "name": "calc",
-    "description": "Evaluate an integer arithmetic expression (+, -, *, parentheses).",
-    "parameters": {
-        "type": "object",
-        "properties": {"expr": {"type": "string", "description": "the expression"}},
-        "required": ["expr"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
+# Kept short on purpose: the tools block the chat template adds to the prompt must fit the tiny test model's 512
+# positions with the episode (a real agent would describe the tool and its parameter).
+EXPR = {"type": "object", "properties": {"expr": {"type": "string"}}}
+CALC = {"type": "function", "name": "calc", "parameters": EXPR}
 FINAL = "Now give the final answer within \\boxed{}."
 
 
