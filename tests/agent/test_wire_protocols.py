@@ -334,3 +334,35 @@ def test_openai_agents_sdk_on_its_responses_model(scripted_gateway, tiny_tokeniz
     assert prompt2.startswith("<|im_start|>system\nUse the calculator") and '"strict"' not in prompt2
     assert prompt2.endswith("<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
     check_one_token_true_sample(tiny_tokenizer, s, [call, "\\boxed{3}"])
+
+
+def test_rewrites_through_either_adapter_are_counted_splits(scripted_gateway, tiny_tokenizer):
+    """The drift counts cover both adapters: an edited earlier turn splits the episode as `rewrite`, our reply sent
+    back with other arguments as `reply_changed`; re-serialization alone (ids, JSON spacing, reasoning) does not."""
+    gw, s, _ = scripted_gateway([CALL, "5.", "Yes."])
+    client = OpenAI(base_url=gw.session_url(s.episode_id) + "/v1", api_key="k")
+    r1 = client.responses.create(model="p", input=QUESTION, tools=[CALC_FN])
+    (call,) = r1.output
+    # Re-serialized: another call_id, re-formatted JSON arguments, the item's id dropped.
+    echoed = {"type": "function_call", "call_id": "mine_1", "name": "calc", "arguments": '{ "expr" : "2+3" }'}
+    out = {"type": "function_call_output", "call_id": "mine_1", "output": "5"}
+    client.responses.create(model="p", input=[{"role": "user", "content": QUESTION}, echoed, out], tools=[CALC_FN])
+    assert s.drift.as_dict()["extended"] == 1 and not s.drift.split
+    edited = {"role": "user", "content": "What is 2+4?"}
+    client.responses.create(model="p", input=[edited, echoed, out], tools=[CALC_FN])
+    assert s.drift.split == {"rewrite": 1} and len(assemble_segments(s.rounds)) == 2
+
+    gw2, s2, _ = scripted_gateway([CALL, "5."])
+    aclient = anthropic.Anthropic(base_url=gw2.session_url(s2.episode_id), api_key="k")
+    m1 = aclient.messages.create(model="p", max_tokens=200, messages=[{"role": "user", "content": QUESTION}])
+    assert m1.content[0].type == "text"  # no tools in the request: the markup is plain text, not a call
+    aclient.messages.create(
+        model="p",
+        max_tokens=200,
+        messages=[
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": "I will not call anything."},  # our reply, rewritten
+            {"role": "user", "content": "Go on."},
+        ],
+    )
+    assert s2.drift.split == {"reply_changed": 1} and len(assemble_segments(s2.rounds)) == 2
