@@ -59,11 +59,9 @@ def test_template_renders_tools_and_hermes_calls_like_qwen25(tool_tokenizer):
     ]
     text = tok.apply_chat_template(msgs, tools=[CALC], tokenize=False, add_generation_prompt=True)
     assert text == (
-        "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist with the user "
-        "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        "<|im_start|>system\nBe brief.\n\n# Tools\n<tools>\n"
         + json.dumps(CALC)
-        + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
+        + '\n</tools>\nCall a function as <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
         "\n</tool_call><|im_end|>\n<|im_start|>user\n1+2?<|im_end|>\n<|im_start|>assistant\n"
         '<tool_call>\n{"name": "calc", "arguments": {"expr": "1+2"}}\n</tool_call><|im_end|>\n'
         "<|im_start|>user\n<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n"

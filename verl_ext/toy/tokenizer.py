@@ -10,18 +10,17 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen2.5-style template; `add_generation_prompt` opens the assistant turn, as verl's RLHFDataset expects. Without
 # `tools` it renders exactly as the template the tiny model was warmed up with (no default system prompt), so the
 # toy task's prompts do not change. With `tools` it renders Qwen2.5's tool block (the function signatures as JSON in
-# <tools></tools> in the system turn), assistant tool calls in the hermes format
+# <tools></tools> in the system turn; its instructions cut to one line, because the tiny tokenizer spends about one
+# token per character on them and the tiny model has 512 positions), assistant tool calls in the hermes format
 # (<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, parsed by verl's `hermes` ToolParser) and tool
 # results as <tool_response> blocks in a user turn, as Qwen2.5's own template does.
 CHAT_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\n' }}"
     "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\n\n' }}{%- endif %}"
-    "{{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}"
+    "{{- '# Tools\n<tools>' }}"
     "{%- for tool in tools %}{{- '\n' }}{{- tool | tojson }}{%- endfor %}"
-    "{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    '{{- \'\n</tools>\nCall a function as <tool_call>\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\n</tool_call><|im_end|>\n' }}"
     "{%- endif %}"
     "{%- for message in messages %}"
