@@ -32,7 +32,9 @@ from recipe.fast_dapo.staleness import (
     staleness_metrics,
 )
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
+from verl_ext.curriculum.memory import probe_outcome
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+from verl_ext.trainer.probe import read_pass_rates
 
 
 class GenerationBudgetExceeded(RuntimeError):
@@ -54,6 +56,10 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
             filter_metric=s.filter_metric,
             memory=s.memory,
         )
+        if self.controller.memory is not None and s.memory.init_file:
+            # a pass-rate probe's outcomes as each prompt's first screening (a resumed run restores its own memory)
+            keys, correct, k = read_pass_rates(s.memory.init_file)
+            self.controller.memory.record(keys, probe_outcome(correct, k))
         self.data_epoch = 0  # epochs of the prompt dataloader consumed (independent of training steps)
         self.pad_rows = 0  # rows added so the fused batch splits evenly over agent-loop workers
         self._batch_stats: dict = {}

@@ -1,4 +1,4 @@
-"""The pass-rate probe: `python -m recipe.fast_dapo.probe [hydra overrides]` (config: config/probe.yaml).
+"""The pass-rate probe: `python -m recipe.fast_dapo.probe [hydra overrides]` (config: fast_dapo.yaml, `probe.*`).
 
 Takes the same overrides as `recipe.fast_dapo.main` and samples `probe.k` responses per training prompt with the run's
 model, rollout and reward, then prints and writes the pass@k histogram and the cost model's prediction
@@ -17,7 +17,7 @@ from verl_ext.trainer.launch import register_lazy_resolvers
 register_lazy_resolvers()
 
 
-@hydra.main(config_path="config", config_name="probe", version_base=None)
+@hydra.main(config_path="config", config_name="fast_dapo", version_base=None)
 def main(config):
     from verl.utils.device import auto_set_device
 
@@ -25,6 +25,7 @@ def main(config):
     from verl_ext.config.errors import ConfigError
     from verl_ext.trainer.launch import run
 
+    as_probe(config)
     auto_set_device(config)
     prepare_config(config)
     if int(config.probe.k) < 1 or int(config.probe.prompts_per_call) < 1:
@@ -33,6 +34,18 @@ def main(config):
         )
     run(config)
 
+
+def as_probe(config) -> None:
+    """The run's config, turned into the probe's: its trainer class, nothing trained, no validation."""
+    from omegaconf import open_dict
+
+    with open_dict(config):
+        config.trainer.trainer_cls = PROBE_TRAINER
+        config.trainer.val_before_train = False
+        config.trainer.total_training_steps = 1  # trains nothing; verl's trainer needs a step count to start
+
+
+PROBE_TRAINER = "verl_ext.trainer.probe.PassRateProbeTrainer"
 
 if __name__ == "__main__":
     main()

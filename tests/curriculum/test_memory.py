@@ -457,3 +457,40 @@ def test_memory_errors_and_all_skipped_batches():
     again.non_tensor_batch["uid"] = np.array([u + "-again" for u in again.non_tensor_batch["uid"]], dtype=object)
     assert ctrl.add_fresh_prompts(again) == 0 and not ctrl.has_generation_inputs
     assert ctrl.counters["prompts_skipped_by_memory"] == len(batch)
+
+
+def test_a_probe_file_seeds_the_memory_as_a_first_screening(tmp_path):
+    """A probe's pass_rates.jsonl (as verl_ext.trainer.probe writes it) seeds the memory: all-wrong and all-right
+    prompts are skipped at their first offer with the base probabilities, mixed and unknown ones never."""
+    from verl_ext.curriculum.memory import ALL_CORRECT, ALL_WRONG, MIXED, MemorySettings, PassRateMemory, probe_outcome
+    from verl_ext.trainer.probe import read_pass_rates
+
+    path = tmp_path / "pass_rates.jsonl"
+    rows = [(11, 0), (12, 16), (13, 5)]
+    path.write_text("".join(json.dumps({"index": i, "memory_key": key, "k": 16, "correct": c}) + "\n"
+                            for i, (key, c) in enumerate(rows)))  # fmt: skip
+    keys, correct, k = read_pass_rates(path)
+    assert k == 16 and keys.tolist() == [11, 12, 13] and correct.tolist() == [0, 16, 5]
+    assert probe_outcome(correct, k).tolist() == [ALL_WRONG, ALL_CORRECT, MIXED]
+    settings = MemorySettings(enable=True, init_file=str(path), skip_all_wrong=0.4, skip_all_correct=0.6, seed=3)
+    memory = PassRateMemory(settings)
+    memory.record(keys, probe_outcome(correct, k))
+    age1 = memory.skip_probability(memory.outcome, memory.streak, memory.visits + 1 - memory.last_visit)
+    np.testing.assert_allclose(age1, [0.4, 0.6, 0.0])
+    assert not memory.offer(np.array([99], dtype=np.uint64)).any()  # a prompt the probe never saw is screened
+
+
+def test_probe_file_errors_are_clear(tmp_path):
+    from verl_ext.curriculum.memory import MemorySettings
+    from verl_ext.trainer.probe import read_pass_rates
+
+    with pytest.raises(ValueError, match="init_file"):
+        MemorySettings(enable=True, init_file=str(tmp_path / "missing.jsonl"))
+    mixed_k = tmp_path / "a.jsonl"
+    mixed_k.write_text('{"memory_key": 1, "k": 8, "correct": 1}\n{"memory_key": 2, "k": 16, "correct": 1}\n')
+    with pytest.raises(ValueError, match="different k"):
+        read_pass_rates(mixed_k)
+    no_key = tmp_path / "b.jsonl"
+    no_key.write_text(json.dumps({"memory_key": None, "k": 8, "correct": 1}) + "\n")
+    with pytest.raises(ValueError, match="memory.key"):
+        read_pass_rates(no_key)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
@@ -61,6 +62,9 @@ class MemorySettings:
     decay: per-visit factor on the skip probability of a prompt not re-screened since (0 < decay <= 1).
     max_skip: cap on the skip probability (exploration floor 1 - max_skip), 0 <= max_skip < 1.
     seed: seed of the decision generator.
+    init_file: a pass-rate probe's ``pass_rates.jsonl`` (``python -m recipe.fast_dapo.probe``, run with the same
+        model, data and ``key``): each prompt's probe outcome counts as its first screening, so the memory skips from
+        the first epoch on. null (default): the memory starts empty.
     """
 
     enable: bool = False
@@ -70,6 +74,7 @@ class MemorySettings:
     decay: float = 0.5
     max_skip: float = 0.9
     seed: int = 0
+    init_file: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.enable, bool):
@@ -82,6 +87,10 @@ class MemorySettings:
         _check_range("max_skip", self.max_skip, 0.0, 1.0, high_open=True)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
             raise ValueError(f"memory.seed must be an int >= 0, got {self.seed!r}")
+        if self.init_file is not None and not (isinstance(self.init_file, str) and os.path.isfile(self.init_file)):
+            raise ValueError(
+                f"memory.init_file must be null or an existing probe pass_rates.jsonl, got {self.init_file!r}"
+            )
 
     @classmethod
     def from_mapping(cls, cfg: Mapping | None) -> MemorySettings:
@@ -132,6 +141,12 @@ def _jsonable(value):
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"a {type(value).__name__} has no stable content form")
+
+
+def probe_outcome(correct: np.ndarray, k: int) -> np.ndarray:
+    """Outcome code per prompt from a probe's correct counts out of k (uniform iff none or all of k are right)."""
+    c = np.asarray(correct)
+    return np.where(c == 0, ALL_WRONG, np.where(c == k, ALL_CORRECT, MIXED)).astype(np.int8)
 
 
 def uniform_outcome(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -115,6 +115,20 @@ def write_outputs(out_dir: Path, summary: dict, counts: np.ndarray, index: np.nd
     plot_histogram(summary, out_dir / "probe.png")
 
 
+def read_pass_rates(path: str | Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """(memory keys, correct counts, k) of a probe's pass_rates.jsonl, for seeding the pass-rate memory."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{path}: no prompts")
+    ks = {r["k"] for r in rows}
+    if len(ks) != 1:
+        raise ValueError(f"{path}: prompts were probed with different k {sorted(ks)}")
+    if any(r["memory_key"] is None for r in rows):
+        raise ValueError(f"{path}: the probe's data had no column for curriculum.memory.key; probe with that key")
+    keys = np.array([r["memory_key"] for r in rows], dtype=np.uint64)
+    return keys, np.array([r["correct"] for r in rows], dtype=np.int64), ks.pop()
+
+
 def _plain(x):
     return x.item() if hasattr(x, "item") else x
 
