@@ -1,5 +1,6 @@
-"""An unchanged external agent (openai client only) trains with plain GRPO through the gateway in front of verl's
-own vLLM-CPU rollout servers: 2 steps, sync (on-policy) and async (episodes one step ahead, staleness bound 1)."""
+"""Unchanged external agents train with plain GRPO through the gateway in front of verl's own vLLM-CPU rollout
+servers: 2 steps, sync (on-policy; the guess agent on chat completions) and async (episodes one step ahead, staleness
+bound 1; the calculator agent on the Responses API with a function tool, so the tools block is in every prompt)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.e2e
 
 GUESS = f"{sys.executable} -m verl_ext.agent.examples.guess_agent"
 CALC = f"{sys.executable} -m verl_ext.agent.examples.calc_agent"
+RESPONSES = f"{sys.executable} -m verl_ext.agent.examples.responses_agent"
 
 
 def agent_overrides(tmp_path, tasks, command: str, extra=(), response_length: int = 64) -> list[str]:
@@ -85,8 +87,11 @@ def test_guess_agent_trains_with_grpo(ray_cpu, tiny_assets, tmp_path):
     assert all(set(e["staleness"].values()) == {0} for e in ledger)
 
 
-def test_guess_agent_async_one_step_ahead(ray_cpu, tiny_assets, tmp_path):
-    rows = run(tmp_path, tiny_assets, {"extra": ["+external_agent.mode=async"]})
+def test_responses_agent_async_one_step_ahead(ray_cpu, tiny_assets, tmp_path):
+    # The chat template's tools block makes the first prompt ~425 tokens: prompt + episode budget = the tiny model's
+    # 512 positions.
+    extra = ["+external_agent.mode=async", "data.max_prompt_length=448"]
+    rows = run(tmp_path, tiny_assets, {"command": RESPONSES, "extra": extra})
     assert [r["step"] for r in rows] == [1, 2]
     # step 2 trains episodes of the weights before step 1's update: their log-probs differ by that update
     ledger = check_common(tmp_path, rows, 16, on_policy_steps={1})
@@ -95,3 +100,8 @@ def test_guess_agent_async_one_step_ahead(ray_cpu, tiny_assets, tmp_path):
     assert [r["agent/staleness_max"] for r in rows] == [0, 1]
     assert [set(e["staleness"].values()) for e in ledger] == [{0}, {1}]
     assert all(r["agent/dropped/stale"] == 0 for r in rows)
+    # Every episode's second round (after its function_call_output or the request for the answer) extended the
+    # first one's token prefix through the Responses adapter: one sample each, no split.
+    for r in rows:
+        assert r["agent/rounds_mean"] == 2 and r["agent/drift/extended"] == 16, r
+        assert all(v == 0 for k, v in r.items() if k.startswith("agent/drift/split/")), r
