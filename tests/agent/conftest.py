@@ -161,3 +161,23 @@ def scripted_gateway(loop_thread, tool_tokenizer):
     yield make
     for gw in made:
         loop_thread.run(gw.stop())
+
+
+@pytest.fixture(scope="session")
+def tool_model_dir(tiny_assets, tmp_path_factory):
+    """The tiny model with the project's current chat template (tools, hermes tool calls) for the end-to-end runs,
+    whose tokenizer verl loads from the model path: a copy of the cached model directory with the tokenizer
+    re-saved, so the runs do not depend on the template the asset cache was built with."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from verl_ext.toy.tokenizer import CHAT_TEMPLATE
+
+    dst = tmp_path_factory.mktemp("tool-model") / "model"
+    shutil.copytree(tiny_assets.model_dir, dst)
+    tok = AutoTokenizer.from_pretrained(dst)
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(dst)
+    assert AutoTokenizer.from_pretrained(dst).chat_template == CHAT_TEMPLATE
+    return dst
