@@ -18,6 +18,14 @@ Measured side by side in one run:
    time against direct.
 3. batching: mean generation batch size of the rollout engine against agents in flight (goal >= 0.8).
 
+`--agent-kind tools` makes every agent a tool-calling one: each request carries a `calc` function tool (rendered into
+the prompt by the chat template), every reply is parsed for hermes tool calls, and the agent sends its history back
+re-serialized the way agent frameworks do (content null when empty, tool-call ids of its own, arguments re-dumped),
+followed by a tool result per call (or, without a call, a user turn). The gateway's render and parse time per
+request and the drift splits per 1,000 rounds (goal 0) are printed. `--rollout scripted` replaces the model by a
+rollout that answers instantly with a fixed reply (two parallel tool calls, then an answer), so every round really
+parses calls: it measures the gateway alone (no direct run, no ratio).
+
 Goals: gateway overhead < 5% of the rollout's time per request; mean batch >= 0.8 x agents. The tiny test model makes
 the rollout's time per request ~3 ms, so its ratio is an upper bound of what a real model shows; `--size small`
 (Qwen2.5-0.5B's layers, random init) is a model of a size people train. Measured numbers: docs/AGENT.md section 4.
@@ -26,12 +34,15 @@ the rollout's time per request ~3 ms, so its ratio is an upper bound of what a r
     .venv/bin/python scripts/bench_agent.py --rollout hf    # the same without vLLM
     .venv/bin/python scripts/bench_agent.py --size small    # a 0.36B-parameter model (Qwen2.5-0.5B's layers)
     .venv/bin/python scripts/bench_agent.py --agents 16 --rounds 3
+    .venv/bin/python scripts/bench_agent.py --agent-kind tools                       # tool-calling agents, vLLM-CPU
+    .venv/bin/python scripts/bench_agent.py --agent-kind tools --rollout scripted    # every round parses 2 calls
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import time
@@ -194,6 +205,36 @@ class VllmRollout:
         return ids, [lp[t].logprob for t, lp in zip(ids, seq.logprobs, strict=True)]
 
 
+class ScriptedRollout:
+    """Answers instantly: two parallel hermes tool calls when the prompt's last turn is not a tool result, else a
+    final answer (tokenized once). No engine: busy time and batches are not measured."""
+
+    def __init__(self, tok):
+        call = '<tool_call>\n{{"name": "calc", "arguments": {{"expr": "{}"}}}}\n</tool_call>'
+        calls = "Computing.\n" + call.format("(1+2)*4") + "\n" + call.format("5*5")
+        self.replies = {
+            False: tok.encode(calls, add_special_tokens=False) + [tok.eos_token_id],
+            True: tok.encode("It is \\boxed{12}.", add_special_tokens=False) + [tok.eos_token_id],
+        }
+        self.tool_turn = tok.encode("</tool_response>", add_special_tokens=False)
+        self.busy_s, self.batch_sizes = 0.0, [1]
+
+    def start(self):
+        pass
+
+    async def stop(self):
+        pass
+
+    def reset_stats(self):
+        pass
+
+    async def generate(self, request_id, prompt_ids, sampling_params):
+        tail = prompt_ids[-40:]
+        after_tool = any(tail[i : i + len(self.tool_turn)] == self.tool_turn for i in range(len(tail)))
+        ids = self.replies[after_tool][: int(sampling_params["max_tokens"])]
+        return ids, [-0.5] * len(ids)
+
+
 def _model_sizes():
     from verl_ext.toy.assets import TinySpec
 
@@ -235,6 +276,48 @@ async def agent(base_url: str, rounds: int, max_tokens: int, wall: list[float]):
     await client.close()
 
 
+CALC_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": "Evaluate + - * arithmetic.",
+        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
+    },
+}
+
+
+async def tool_agent(base_url: str, rounds: int, max_tokens: int, wall: list[float]):
+    """A tool-calling agent that re-serializes its history as agent frameworks do (see module docstring)."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=50)
+    messages = [{"role": "user", "content": "What is (1+2)*4? Use calc. Put the final answer within \\boxed{}."}]
+    for k in range(rounds):
+        t0 = time.perf_counter()
+        r = await client.chat.completions.create(
+            model="policy", messages=messages, max_tokens=max_tokens, tools=[CALC_TOOL]
+        )
+        wall.append(time.perf_counter() - t0)
+        m = r.choices[0].message
+        echoed = {"role": "assistant", "content": m.content or None}
+        if m.tool_calls:
+            echoed["tool_calls"] = [
+                {
+                    "id": f"fw-{k}-{i}",
+                    "type": "function",
+                    "function": {"name": t.function.name, "arguments": json.dumps(json.loads(t.function.arguments))},
+                }
+                for i, t in enumerate(m.tool_calls)
+            ]
+            messages.append(echoed)
+            messages += [
+                {"role": "tool", "tool_call_id": f"fw-{k}-{i}", "content": "12"} for i in range(len(m.tool_calls))
+            ]
+        else:
+            messages += [echoed, {"role": "user", "content": "Use the calc tool."}]
+    await client.close()
+
+
 async def direct_agent(rollout, builder, rounds: int, max_tokens: int, wall: list[float]):
     """The same rounds as token ids straight to the rollout: the continuation is appended as ids (no HTTP, no
     template rendering of the history)."""
@@ -247,22 +330,48 @@ async def direct_agent(rollout, builder, rounds: int, max_tokens: int, wall: lis
         ids = ids + out + turn
 
 
+async def direct_tool_agent(rollout, builder, args, wall: list[float]):
+    """The tool agents' rounds as token ids straight to the rollout (the tools block rendered once)."""
+    ids = builder.build_initial_tokens(
+        [{"role": "user", "content": "What is (1+2)*4? Use calc. Put the final answer within \\boxed{}."}],
+        tools=[CALC_TOOL],
+    )
+    turn = builder.build_initial_tokens([{"role": "user", "content": "Use the calc tool."}])
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        out, _ = await rollout.generate("direct", ids, {**SAMPLING, "max_tokens": args.max_tokens})
+        wall.append(time.perf_counter() - t0)
+        ids = ids + out + turn
+
+
 async def main_async(args):
     from transformers import AutoTokenizer
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     from verl_ext.agent.gateway import Gateway
     from verl_ext.toy import ensure_tiny_assets
+    from verl_ext.toy.tokenizer import CHAT_TEMPLATE
 
     assets = ensure_tiny_assets(MODEL_SIZES[args.size])
     tok = AutoTokenizer.from_pretrained(assets.model_dir)
+    tools = args.agent_kind == "tools"
+    if tools:  # the chat template's tools block is in every prompt: the tiny models' 512 positions are the limit
+        tok.chat_template = CHAT_TEMPLATE  # whatever template the cached assets were built with
+        prompt_length, response_length = 448, 64
+        play = tool_agent
+    else:
+        prompt_length, response_length = 256, args.rounds * (args.max_tokens + 40)
+        play = agent
     builder = create_continuous_token_builder(tok, hf_model_type="qwen2")
     results = {"direct": [], "gateway": []}
     engine = None
     if args.rollout == "vllm":  # one engine for every run (its start-up is ~a minute on 2 cores)
-        engine = VllmRollout(assets.model_dir, max_model_len=256 + args.rounds * (args.max_tokens + 40))
+        engine = VllmRollout(assets.model_dir, max_model_len=prompt_length + response_length)
+    elif args.rollout == "scripted":
+        engine = ScriptedRollout(tok)
+    modes = ("gateway",) if args.rollout == "scripted" else ("direct", "gateway")  # scripted: nothing to compare
     # interleaved (direct, gateway) pairs; the first pair is warm-up, the medians of the others are reported
-    for mode in ("direct", "gateway") * (args.repeats + 1):
+    for mode in modes * (args.repeats + 1):
         if engine is not None:
             rollout = engine
             rollout.reset_stats()
@@ -274,7 +383,9 @@ async def main_async(args):
         wall: list[float] = []
         gw = None
         t0 = time.perf_counter()
-        if mode == "direct":
+        if mode == "direct" and tools:
+            await asyncio.gather(*[direct_tool_agent(rollout, builder, args, wall) for _ in range(args.agents)])
+        elif mode == "direct":
             await asyncio.gather(
                 *[direct_agent(rollout, builder, args.rounds, args.max_tokens, wall) for _ in range(args.agents)]
             )
@@ -284,15 +395,15 @@ async def main_async(args):
                 builder=builder,
                 generate=rollout.generate,
                 model_name="tiny",
-                prompt_length=256,
-                response_length=args.rounds * (args.max_tokens + 40),
+                prompt_length=prompt_length,
+                response_length=response_length,
                 max_inflight=args.agents,
                 api_key="bench",
             )
             await gw.start()
             sessions = [gw.open_session(SAMPLING) for _ in range(args.agents)]
             await asyncio.gather(
-                *[agent(gw.session_url(s.episode_id) + "/v1", args.rounds, args.max_tokens, wall) for s in sessions]
+                *[play(gw.session_url(s.episode_id) + "/v1", args.rounds, args.max_tokens, wall) for s in sessions]
             )
         total = time.perf_counter() - t0
         await rollout.stop()
@@ -311,16 +422,31 @@ async def main_async(args):
             r["gateway_overhead_per_request_s"] = (st.handler_s - st.generate_s) / st.generations
             r["rollout_call_per_request_s"] = st.generate_s / st.generations
             r["rejected_429"] = st.rejected_429
+            r["render_per_request_s"] = st.render_s / st.generations
+            r["parse_per_request_s"] = st.parse_s / st.generations
+            joins = sum(ss.drift.extended + sum(ss.drift.split.values()) for ss in sessions)
+            r["splits_per_1k_rounds"] = 1000 * sum(sum(ss.drift.split.values()) for ss in sessions) / max(joins, 1)
+            calls = sum(
+                len(m.get("tool_calls", [])) for ss in sessions for m in ss.history or [] if m["role"] == "assistant"
+            )
+            r["tool_calls_per_request"] = calls / st.generations
+            r["tool_faults"] = sum(sum(ss.drift.tool_faults.values()) for ss in sessions)
             await gw.stop()
         results[mode].append(r)
-    if engine is not None:
+    if isinstance(engine, VllmRollout):
         engine.shutdown()
-    return {m: {k: statistics.median(x[k] for x in rs[1:]) for k in rs[1]} for m, rs in results.items()}
+    return {m: {k: statistics.median(x[k] for x in rs[1:]) for k in rs[1]} for m, rs in results.items() if rs}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rollout", choices=("vllm", "hf"), default="vllm", help="vLLM-CPU engine or the HF stand-in")
+    ap.add_argument(
+        "--rollout",
+        choices=("vllm", "hf", "scripted"),
+        default="vllm",
+        help="vLLM-CPU engine, the HF stand-in, or instant scripted tool-call replies (gateway alone)",
+    )
+    ap.add_argument("--agent-kind", choices=("guess", "tools"), default="guess", help="plain chat or tool-calling")
     ap.add_argument(
         "--size", choices=("tiny", "small"), default="tiny", help="model behind the rollout (see MODEL_SIZES)"
     )
@@ -333,7 +459,20 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     res = asyncio.run(main_async(args))
-    d, g = res["direct"], res["gateway"]
+    g = res["gateway"]
+    if args.agent_kind == "tools":
+        print(
+            f"tool agents: render {g['render_per_request_s'] * 1e3:.2f} ms + parse {g['parse_per_request_s'] * 1e3:.2f}"
+            f" ms per request; tool calls per reply {g['tool_calls_per_request']:.2f}; tool-call faults "
+            f"{g['tool_faults']:.0f}; drift splits per 1000 rounds {g['splits_per_1k_rounds']:.1f} (goal 0)"
+        )
+    if "direct" not in res:
+        print(
+            f"rollout=scripted agents={args.agents} rounds={args.rounds}: gateway overhead per request "
+            f"{g['gateway_overhead_per_request_s'] * 1e3:.2f} ms, wall {g['wall_s']:.2f} s"
+        )
+        return
+    d = res["direct"]
     print(
         f"rollout={args.rollout} size={args.size} agents={args.agents} rounds={args.rounds} "
         f"max_tokens={args.max_tokens} (CPU; medians of {args.repeats} runs after a warm-up)"
