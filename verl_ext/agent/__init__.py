@@ -2,7 +2,10 @@
 
 - `trajectory`: rounds of an episode -> verl's multi-turn sample (mask 1 = policy tokens), split on history rewrite;
 - `episode`: trained or dropped (with a counted reason); staleness of an episode and its bound;
-- `gateway`: the OpenAI-compatible HTTP server in front of verl's rollout, recording token-true rounds;
+- `core`: the token-true episode core every protocol shares (sessions, rounds, history matching up to client
+  re-serialization, drift accounting); `toolcall`: tool calls (verl's ToolParser registry) and reasoning;
+- `wire/`: one thin adapter per wire protocol (chat completions, completions, ...) over the core;
+- `gateway`: the HTTP server and its routing in front of verl's rollout;
 - `agent_process`: one episode = one run of the agent command (or one pool worker's turn) on its own session;
 - `external_loop`: the `external_agent` verl agent loop (one gateway per agent-loop worker);
 - `trainer`: dropped episodes out of their groups, counts, staleness, the async run-ahead mode;
