@@ -34,36 +34,16 @@ CALC_TOOL = {
 QUESTION = "What is 2+3? Use the calculator."
 
 
-class Scripted:
-    """A rollout that samples a scripted text per call: its token ids (then EOS unless `eos=False`), log-prob -0.5
-    each. What the model "wrote" is known exactly, so the test can check what the clients parsed."""
-
-    def __init__(self, tokenizer, texts: list[str | tuple[str, bool]]):
-        self.tok, self.texts, self.calls = tokenizer, list(texts), []
-
-    async def __call__(self, request_id, prompt_ids, params):
-        text, eos = (self.texts.pop(0), True) if isinstance(self.texts[0], str) else self.texts.pop(0)
-        ids = self.tok.encode(text, add_special_tokens=False) + ([self.tok.eos_token_id] if eos else [])
-        ids = ids[: params["max_tokens"]]
-        self.calls.append((list(prompt_ids), params))
-        return ids, [-0.5] * len(ids), None
-
-
 @pytest.fixture
-def scripted_gateway(loop_thread, tiny_tokenizer):
-    """`open(texts, **gateway_kwargs)` -> (gateway, session, scripted rollout); gateways stopped at the end."""
-    made = []
+def scripted(scripted_gateway):
+    """`open(texts, **gateway_kw) -> (gateway, session, rollout)`: a gateway over the shared `ScriptedBackend`
+    (each call "samples" the next text's tokens + EOS, honouring max_tokens and stop) and an open episode."""
 
     def open_(texts, **kw):
-        backend = Scripted(tiny_tokenizer, texts)
-        gw = make_gateway(tiny_tokenizer, backend, **{"prompt_length": 1024, "response_length": 512, **kw})
-        loop_thread.run(gw.start())
-        made.append(gw)
+        gw, backend = scripted_gateway(list(texts), **kw)
         return gw, gw.open_session(SAMPLING), backend
 
-    yield open_
-    for gw in made:
-        loop_thread.run(gw.stop())
+    return open_
 
 
 def check_one_token_true_sample(tok, s, texts):
@@ -79,9 +59,9 @@ def check_one_token_true_sample(tok, s, texts):
 
 
 # ---------------------------------------------------------------- Responses API through the openai client
-def test_responses_agent_with_a_function_tool(scripted_gateway, tiny_tokenizer):
+def test_responses_agent_with_a_function_tool(scripted, tool_tokenizer):
     texts = [CALL, "The answer is 5.", "Still 5."]
-    gw, s, backend = scripted_gateway(texts)
+    gw, s, backend = scripted(texts)
     client = OpenAI(base_url=gw.session_url(s.episode_id) + "/v1", api_key="k")
     ask = [{"role": "user", "content": QUESTION}]
     r1 = client.responses.create(model="policy", instructions="Be brief.", input=ask, tools=[CALC_FN])
@@ -102,18 +82,18 @@ def test_responses_agent_with_a_function_tool(scripted_gateway, tiny_tokenizer):
         tools=[CALC_FN],
     )
     assert r3.output_text == "Still 5."
-    prompt2 = tiny_tokenizer.decode(s.rounds[1].prompt_ids)
+    prompt2 = tool_tokenizer.decode(s.rounds[1].prompt_ids)
     assert prompt2.startswith("<|im_start|>system\nBe brief.\n\n# Tools") and '"name": "calc"' in prompt2
     assert prompt2.endswith("<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
-    check_one_token_true_sample(tiny_tokenizer, s, texts)
+    check_one_token_true_sample(tool_tokenizer, s, texts)
     with pytest.raises(Exception, match="send the full input"):
         client.responses.create(model="p", previous_response_id=r1.id, input="again", tools=[CALC_FN])
 
 
 # ---------------------------------------------------------------- Messages API through the anthropic client
-def test_anthropic_agent_with_a_tool(scripted_gateway, tiny_tokenizer):
-    texts = [CALL, ("The answer is 5.\nEND", False)]
-    gw, s, backend = scripted_gateway(texts)
+def test_anthropic_agent_with_a_tool(scripted, tool_tokenizer):
+    texts = [CALL, "The answer is 5.\nEND"]
+    gw, s, backend = scripted(texts)
     # The header form (base URL without the episode, X-Episode-Id) and the client's own x-api-key header.
     client = anthropic.Anthropic(
         base_url=gw.base_url, api_key="k", default_headers={"X-Episode-Id": s.episode_id}, max_retries=0
@@ -134,19 +114,19 @@ def test_anthropic_agent_with_a_tool(scripted_gateway, tiny_tokenizer):
     assert (m2.stop_reason, m2.stop_sequence) == ("stop_sequence", "\nEND")
     assert backend.calls[1][1]["stop"] == ["\nEND"]  # the rollout engine was asked to stop there
     assert m2.usage.input_tokens == len(s.rounds[1].prompt_ids)
-    assert tiny_tokenizer.decode(s.rounds[1].prompt_ids).endswith(
+    assert tool_tokenizer.decode(s.rounds[1].prompt_ids).endswith(
         "<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     )
-    seg = check_one_token_true_sample(tiny_tokenizer, s, [CALL, "The answer is 5.\nEND"])
+    seg = check_one_token_true_sample(tool_tokenizer, s, [CALL, "The answer is 5.\nEND"])
     # Round 2 was cut by a stop string (no EOS sampled): the next round would close the turn with an EOS of the
     # context (mask 0), never one the policy is credited with.
-    assert seg.response_mask[-1] == 1 and seg.response_ids[-1] != tiny_tokenizer.eos_token_id
+    assert seg.response_mask[-1] == 1 and seg.response_ids[-1] != tool_tokenizer.eos_token_id
 
 
 # ---------------------------------------------------------------- streaming through the clients' stream helpers
-def test_both_streams_through_the_clients_stream_helpers(scripted_gateway, tiny_tokenizer):
+def test_both_streams_through_the_clients_stream_helpers(scripted, tool_tokenizer):
     text = "<think>2 plus 3</think>Calling it.\n" + CALL
-    gw, s, _ = scripted_gateway([text, "It is 5."], reasoning_parser="think")
+    gw, s, _ = scripted([text, "It is 5."], reasoning_parser="think")
     client = OpenAI(base_url=gw.session_url(s.episode_id) + "/v1", api_key="k")
     with client.responses.stream(model="policy", input=QUESTION, tools=[CALC_FN]) as stream:
         kinds = [ev.type for ev in stream]
@@ -161,9 +141,9 @@ def test_both_streams_through_the_clients_stream_helpers(scripted_gateway, tiny_
     follow.append({"type": "function_call_output", "call_id": call.call_id, "output": "5"})
     with client.responses.stream(model="policy", input=follow, tools=[CALC_FN]) as stream:
         assert stream.get_final_response().output_text == "It is 5."
-    check_one_token_true_sample(tiny_tokenizer, s, [text, "It is 5."])
+    check_one_token_true_sample(tool_tokenizer, s, [text, "It is 5."])
 
-    gw2, s2, _ = scripted_gateway([text, "It is 5."], reasoning_parser="think")
+    gw2, s2, _ = scripted([text, "It is 5."], reasoning_parser="think")
     aclient = anthropic.Anthropic(base_url=gw2.session_url(s2.episode_id), api_key="k")
     msgs = [{"role": "user", "content": QUESTION}]
     with aclient.messages.stream(model="policy", max_tokens=200, messages=msgs, tools=[CALC_TOOL]) as stream:
@@ -178,7 +158,7 @@ def test_both_streams_through_the_clients_stream_helpers(scripted_gateway, tiny_
     ]
     with aclient.messages.stream(model="policy", max_tokens=200, messages=msgs, tools=[CALC_TOOL]) as stream:
         assert stream.get_final_message().content[0].text == "It is 5."
-    check_one_token_true_sample(tiny_tokenizer, s2, [text, "It is 5."])
+    check_one_token_true_sample(tool_tokenizer, s2, [text, "It is 5."])
 
 
 # ---------------------------------------------------------------- bad inputs: exact 400s, nothing generated
@@ -226,8 +206,8 @@ RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "to
         ),
     ],
 )
-def test_bad_inputs_get_exact_400s_in_each_protocols_shape(scripted_gateway, path, body, message):
-    gw, s, backend = scripted_gateway(["unused"])
+def test_bad_inputs_get_exact_400s_in_each_protocols_shape(scripted, path, body, message):
+    gw, s, backend = scripted(["unused"])
     r = post(gw, s.episode_id, path, body)
     assert r.status_code == 400
     if path == "/v1/messages":
@@ -237,8 +217,8 @@ def test_bad_inputs_get_exact_400s_in_each_protocols_shape(scripted_gateway, pat
     assert s.rounds == [] and backend.calls == [] and gw.stats.rejected_400 == 1
 
 
-def test_anthropic_client_sees_its_own_error_types(scripted_gateway):
-    gw, s, _ = scripted_gateway(["unused"])
+def test_anthropic_client_sees_its_own_error_types(scripted):
+    gw, s, _ = scripted(["unused"])
     bad_key = anthropic.Anthropic(base_url=gw.session_url(s.episode_id), api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as e:
         bad_key.messages.create(model="p", max_tokens=5, messages=ASK)
@@ -280,21 +260,21 @@ def play(loop_thread, gw, module: str, n: int = 1, max_tokens: int = 16):
 
 
 @pytest.mark.parametrize("module", AGENTS)
-def test_example_agent_calls_its_tool_through_the_gateway(module, loop_thread, tiny_tokenizer, scripted_gateway):
+def test_example_agent_calls_its_tool_through_the_gateway(module, loop_thread, tool_tokenizer, scripted):
     call = '<tool_call>\n{"name": "calc", "arguments": {"expr": "1+2"}}\n</tool_call>'
-    gw, _, backend = scripted_gateway([call, "\\boxed{3}"])
+    gw, _, backend = scripted([call, "\\boxed{3}"])
     (r,) = play(loop_thread, gw, module, max_tokens=100)
     assert r.outcome.status.value == "ok", r.stderr
     assert r.session.score["score"] == 1.0  # the agent ran its tool on what the client parsed, the model answered
-    prompt2 = tiny_tokenizer.decode(r.session.rounds[1].prompt_ids)
+    prompt2 = tool_tokenizer.decode(r.session.rounds[1].prompt_ids)
     assert prompt2.endswith("<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
     assert "# Tools" in prompt2 and '"name": "calc"' in prompt2
-    check_one_token_true_sample(tiny_tokenizer, r.session, [call, "\\boxed{3}"])
+    check_one_token_true_sample(tool_tokenizer, r.session, [call, "\\boxed{3}"])
 
 
 @pytest.mark.parametrize("module", AGENTS)
-def test_example_agent_plays_on_the_tiny_model(module, loop_thread, tiny_tokenizer, tiny_backend):
-    gw = make_gateway(tiny_tokenizer, tiny_backend, prompt_length=1024, response_length=128)
+def test_example_agent_plays_on_the_tiny_model(module, loop_thread, tool_tokenizer, tiny_backend):
+    gw = make_gateway(tool_tokenizer, tiny_backend, prompt_length=1024, response_length=128)
     loop_thread.run(gw.start())
     try:
         for r in play(loop_thread, gw, module, n=2):
@@ -306,7 +286,7 @@ def test_example_agent_plays_on_the_tiny_model(module, loop_thread, tiny_tokeniz
 
 
 # ---------------------------------------------------------------- the OpenAI Agents SDK on its default Responses model
-def test_openai_agents_sdk_on_its_responses_model(scripted_gateway, tiny_tokenizer):
+def test_openai_agents_sdk_on_its_responses_model(scripted, tool_tokenizer):
     from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
     from agents.models.openai_provider import OpenAIProvider
     from openai import AsyncOpenAI
@@ -315,7 +295,7 @@ def test_openai_agents_sdk_on_its_responses_model(scripted_gateway, tiny_tokeniz
 
     set_tracing_disabled(True)  # no trace export to OpenAI's servers
     call = '<tool_call>\n{"name": "calc", "arguments": {"expr": "1+2"}}\n</tool_call>'
-    gw, s, backend = scripted_gateway([call, "\\boxed{3}"])
+    gw, s, backend = scripted([call, "\\boxed{3}"])
     seen = []
 
     @function_tool
@@ -330,16 +310,16 @@ def test_openai_agents_sdk_on_its_responses_model(scripted_gateway, tiny_tokeniz
     config = RunConfig(model="policy", model_provider=OpenAIProvider(openai_client=client, use_responses=True))
     result = Runner.run_sync(agent, "What is 1+2?", run_config=config)
     assert seen == ["1+2"] and result.final_output == "\\boxed{3}"
-    prompt2 = tiny_tokenizer.decode(s.rounds[1].prompt_ids)
+    prompt2 = tool_tokenizer.decode(s.rounds[1].prompt_ids)
     assert prompt2.startswith("<|im_start|>system\nUse the calculator") and '"strict"' not in prompt2
     assert prompt2.endswith("<tool_response>\n3\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
-    check_one_token_true_sample(tiny_tokenizer, s, [call, "\\boxed{3}"])
+    check_one_token_true_sample(tool_tokenizer, s, [call, "\\boxed{3}"])
 
 
-def test_rewrites_through_either_adapter_are_counted_splits(scripted_gateway, tiny_tokenizer):
+def test_rewrites_through_either_adapter_are_counted_splits(scripted, tool_tokenizer):
     """The drift counts cover both adapters: an edited earlier turn splits the episode as `rewrite`, our reply sent
     back with other arguments as `reply_changed`; re-serialization alone (ids, JSON spacing, reasoning) does not."""
-    gw, s, _ = scripted_gateway([CALL, "5.", "Yes."])
+    gw, s, _ = scripted([CALL, "5.", "Yes."])
     client = OpenAI(base_url=gw.session_url(s.episode_id) + "/v1", api_key="k")
     r1 = client.responses.create(model="p", input=QUESTION, tools=[CALC_FN])
     (call,) = r1.output
@@ -352,7 +332,7 @@ def test_rewrites_through_either_adapter_are_counted_splits(scripted_gateway, ti
     client.responses.create(model="p", input=[edited, echoed, out], tools=[CALC_FN])
     assert s.drift.split == {"rewrite": 1} and len(assemble_segments(s.rounds)) == 2
 
-    gw2, s2, _ = scripted_gateway([CALL, "5."])
+    gw2, s2, _ = scripted([CALL, "5."])
     aclient = anthropic.Anthropic(base_url=gw2.session_url(s2.episode_id), api_key="k")
     m1 = aclient.messages.create(model="p", max_tokens=200, messages=[{"role": "user", "content": QUESTION}])
     assert m1.content[0].type == "text"  # no tools in the request: the markup is plain text, not a call
