@@ -468,6 +468,8 @@ def check_verl_batches(cfg: DictConfig, responses_per_prompt: int) -> None:
         raise ConfigError(
             f"verl rejects the batch settings (with {responses_per_prompt} responses per prompt): {e}"
         ) from e
+    except Exception as e:  # noqa: BLE001 -- e.g. the critic's model config failing to build: still a config error
+        raise ConfigError(f"verl rejects the config: {type(e).__name__}: {e}") from e
 
 
 # -------------------------------------------------------------------------------------------------------- the check
@@ -492,11 +494,13 @@ def preflight(
     plan.estimator = problems.run(check_estimator, cfg) or plan.estimator
     plan.reward = problems.run(check_reward, cfg) or plan.reward
     n = responses_per_prompt or _number(cfg, "actor_rollout_ref.rollout.n", int) or 1
-    if not problems.messages:  # verl's validation assumes sane numbers
-        problems.run(check_verl_batches, cfg, n)
     if files == "full":
         _check_files(cfg, plan, problems, reward_reads_data)
-    else:
+        if _uses_critic(cfg):
+            problems.run(check_model, cfg, "critic.model.path")
+    if not problems.messages:  # verl's validation assumes sane numbers (and builds the critic's model config)
+        problems.run(check_verl_batches, cfg, n)
+    if files != "full":
         plan.notes.append("data and model files not checked here (files='config')")
     if problems.messages:
         raise ConfigError(f"{recipe}: the run cannot start:\n- " + "\n- ".join(problems.messages))
