@@ -346,3 +346,12 @@ def test_rewrites_through_either_adapter_are_counted_splits(scripted, tool_token
         ],
     )
     assert s2.drift.split == {"reply_changed": 1} and len(assemble_segments(s2.rounds)) == 2
+
+
+def test_pool_mode_hands_out_the_anthropic_base_url(scripted):
+    gw, s, _ = scripted(["Hi."])
+    gw.offer_task(s.episode_id, TASK)
+    got = httpx.get(f"{gw.base_url}/tasks/next?wait_s=5", headers={"Authorization": "Bearer k"}, timeout=30).json()
+    client = anthropic.Anthropic(base_url=got["anthropic_base_url"], api_key="k", max_retries=0)
+    assert client.messages.create(model="p", max_tokens=20, messages=ASK).content[0].text == "Hi."
+    assert got["base_url"] == got["anthropic_base_url"] + "/v1" and len(s.rounds) == 1

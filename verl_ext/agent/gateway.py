@@ -195,8 +195,8 @@ class Gateway:
     # ------------------------------------------------------------------ pool mode: long-running agent workers
     async def _next_task(self, request: web.Request) -> web.Response:
         """`GET /tasks/next?wait_s=<s>` (default 30, at most 300): the next open episode for a worker, as
-        `{"episode_id", "task", "base_url", "score_url"}`, or 204 when none came within wait_s (poll again).
-        Episodes closed while queued (timed out) are skipped."""
+        `{"episode_id", "task", "base_url", "anthropic_base_url", "score_url"}`, or 204 when none came within wait_s
+        (poll again). Episodes closed while queued (timed out) are skipped."""
         try:
             wait_s = min(float(request.query.get("wait_s", 30)), 300.0)
         except ValueError:
@@ -210,6 +210,13 @@ class Gateway:
                 return web.Response(status=204)
             if eid in self.sessions:
                 url = self.session_url(eid)
+                # anthropic_base_url: the anthropic client appends /v1/messages itself
                 return web.json_response(
-                    {"episode_id": eid, "task": task, "base_url": f"{url}/v1", "score_url": f"{url}/scores"}
+                    {
+                        "episode_id": eid,
+                        "task": task,
+                        "base_url": f"{url}/v1",
+                        "anthropic_base_url": url,
+                        "score_url": f"{url}/scores",
+                    }
                 )
