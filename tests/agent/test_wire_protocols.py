@@ -355,3 +355,18 @@ def test_pool_mode_hands_out_the_anthropic_base_url(scripted):
     client = anthropic.Anthropic(base_url=got["anthropic_base_url"], api_key="k", max_retries=0)
     assert client.messages.create(model="p", max_tokens=20, messages=ASK).content[0].text == "Hi."
     assert got["base_url"] == got["anthropic_base_url"] + "/v1" and len(s.rounds) == 1
+
+
+def test_anthropic_count_tokens_is_the_first_rounds_prompt(scripted):
+    gw, s, backend = scripted(["Hi."])
+    client = anthropic.Anthropic(base_url=gw.session_url(s.episode_id), api_key="k", max_retries=0)
+    ask = {
+        "model": "p",
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "tools": [CALC_TOOL],
+    }
+    counted = client.messages.count_tokens(**ask).input_tokens
+    assert backend.calls == [] and s.rounds == []  # counting generates and records nothing
+    client.messages.create(max_tokens=20, **ask)
+    assert counted == len(s.rounds[0].prompt_ids) > 0

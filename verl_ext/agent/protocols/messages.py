@@ -198,9 +198,10 @@ def _str(block: dict, key: str, where: str) -> str:
     return v
 
 
-def to_chat_turn(body: dict) -> ChatTurn:
-    """The request as one round for the core (call `check_fields` first)."""
-    if body.get("max_tokens") is None:
+def to_chat_turn(body: dict, *, count_only: bool = False) -> ChatTurn:
+    """The request as one round for the core (call `check_fields` first). `count_only`: a `count_tokens` request,
+    which has no `max_tokens`."""
+    if body.get("max_tokens") is None and not count_only:
         raise bad("max_tokens: field required (a positive integer, as in Anthropic's API)")
     max_tokens = positive_int(body, "max_tokens")
     system = body.get("system")

@@ -5,6 +5,7 @@ Served as `/s/<episode_id>/v1/messages` (base URL `.../s/<episode_id>`, what `AN
 `anthropic` client appends `/v1/messages`) and as `/v1/messages` with the header `X-Episode-Id`. The key comes as
 `x-api-key` (the `anthropic` client's header; the gateway accepts it for every route), `anthropic-version` is
 accepted whatever its value, and every error, the gateway's own included, is in Anthropic's shape.
+`POST .../v1/messages/count_tokens` answers `{"input_tokens"}` (a fresh render; nothing is generated or recorded).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from aiohttp import web
 
 from verl_ext.agent.core import RequestError
 from verl_ext.agent.protocols import messages as proto
-from verl_ext.agent.toolcall import cut_at_stop
+from verl_ext.agent.toolcall import cut_at_stop, for_template
 from verl_ext.agent.wire.base import WireAdapter, read_json, register_adapter, write_sse
 
 
 @register_adapter
 class Messages(WireAdapter):
     name = "messages"
-    routes = (("POST", "/v1/messages", "create"),)
+    routes = (("POST", "/v1/messages", "create"), ("POST", "/v1/messages/count_tokens", "count_tokens"))
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         t0 = time.perf_counter()
@@ -44,6 +45,20 @@ class Messages(WireAdapter):
         if body.get("stream"):
             return await write_sse(request, list(proto.stream_events(message)), headers, named=True, done=False)
         return web.json_response(message, headers=headers)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """`{"input_tokens": n}`: the request's messages and tools rendered afresh by the chat template (what a
+        first round would be; a continuing round reuses the sampled ids, which a re-render approximates). Claude-Code
+        style harnesses ask this to track their context window."""
+        self.session(request)
+        body = await read_json(request)
+        proto.check_fields(body)
+        turn = proto.to_chat_turn(body, count_only=True)
+        try:
+            ids = self.core.builder.build_initial_tokens([for_template(m) for m in turn.messages], tools=turn.tools)
+        except Exception as e:  # a template that cannot render these messages: the client's to fix
+            raise RequestError(400, f"the chat template cannot render the messages: {e}") from None
+        return web.json_response({"input_tokens": len(ids)})
 
     def error_response(self, e: RequestError) -> web.Response:
         # A closed episode stays closed: the anthropic client would otherwise retry a 409.
