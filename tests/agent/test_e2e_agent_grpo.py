@@ -87,10 +87,14 @@ def test_guess_agent_trains_with_grpo(ray_cpu, tiny_assets, tmp_path):
     assert all(set(e["staleness"].values()) == {0} for e in ledger)
 
 
-def test_responses_agent_async_one_step_ahead(ray_cpu, tiny_assets, tmp_path):
-    # The chat template's tools block makes the first prompt ~425 tokens: prompt + episode budget = the tiny model's
-    # 512 positions.
-    extra = ["+external_agent.mode=async", "data.max_prompt_length=448"]
+def test_responses_agent_async_one_step_ahead(ray_cpu, tiny_assets, tool_model_dir, tmp_path):
+    # The model with the project's chat template (tools rendered); its tools block makes the first prompt ~400
+    # tokens: prompt + episode budget = the tiny model's 512 positions.
+    extra = [
+        "+external_agent.mode=async",
+        "data.max_prompt_length=448",
+        f"actor_rollout_ref.model.path={tool_model_dir}",
+    ]
     rows = run(tmp_path, tiny_assets, {"command": RESPONSES, "extra": extra})
     assert [r["step"] for r in rows] == [1, 2]
     # step 2 trains episodes of the weights before step 1's update: their log-probs differ by that update
