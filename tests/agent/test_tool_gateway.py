@@ -288,3 +288,13 @@ def test_property_random_conversations_stay_token_true(scripted_gateway, tool_to
     assert tool_tokenizer.decode(seg.prompt_ids) == tool_tokenizer.apply_chat_template(
         msgs[:2], tools=[CALC], tokenize=False, add_generation_prompt=True
     )
+
+
+def test_switching_from_completions_to_chat_is_a_counted_split(scripted_gateway):
+    gw, _ = scripted_gateway(["Three.", "Four."])
+    s = gw.open_session(SAMPLING)
+    c = client(gw, s.episode_id)
+    c.completions.create(model="m", prompt="Say a number:")
+    c.chat.completions.create(model="m", messages=ASK)
+    assert s.drift.as_dict() == {"extended": 0, "split": {"rewrite": 1}, "tool_faults": {}}
+    assert len(assemble_segments(s.rounds)) == 2

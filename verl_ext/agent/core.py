@@ -381,7 +381,7 @@ class EpisodeCore:
         tools_key = json.dumps(turn.tools, sort_keys=True) if turn.tools else None
         async with s.lock:
             t0 = time.perf_counter()
-            reason = None
+            reason = "rewrite" if s.history is None else None  # after a completions round: another conversation
             prompt_ids = None
             if s.history is not None:
                 reason = "tools_changed" if tools_key != s.tools_key else match_history(s.history, messages)
