@@ -51,7 +51,8 @@ def test_entrypoint_runs_the_recipe_through_the_job_entry_with_cluster_overrides
 
 
 def test_a_users_own_output_paths_win():
-    req = _req("trainer.default_local_dir=/elsewhere", "trainer.jsonl_metrics_path=/elsewhere/m.jsonl")
+    own = ["trainer.default_local_dir=/elsewhere", "trainer.jsonl_metrics_path=/elsewhere/m.jsonl"]
+    req = _req("+preset=cpu_demo", *own)
     overrides = job.cluster_overrides(req)
     assert not any(o.startswith("trainer.default_local_dir=/shared") for o in overrides)
     assert job.validate(req).trainer.jsonl_metrics_path == "/elsewhere/m.jsonl"  # no duplicate-key error
@@ -63,7 +64,7 @@ def test_runtime_env_carries_the_cpu_backend_only_for_cpu_configs():
     assert env["env_vars"]["VERL_PLATFORM"] == "cpu" and env["env_vars"]["HF_TOKEN"] == "t"
     assert env["env_vars"]["RAY_OVERRIDE_JOB_RUNTIME_ENV"] == "1"
     assert env["working_dir"] == str(job.PROJECT_ROOT) and ".venv" in env["excludes"]
-    gpu = _req(working_dir=None)
+    gpu = _req(working_dir=None, preflight="none")  # the stock config: a GPU cluster's model and data, not here
     env = job.runtime_env(gpu, job.validate(gpu))
     assert "VERL_PLATFORM" not in env["env_vars"] and "working_dir" not in env
 
