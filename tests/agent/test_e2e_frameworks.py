@@ -3,7 +3,9 @@ servers: 2 steps, in ONE run whose tasks alternate between the OpenAI Agents SDK
 ReAct agent (`tests/agent/agents/framework_mix.py` starts the unmodified example module the task names), on the tiny
 model with the project's chat template (tools rendered in every prompt). One run for both frameworks keeps CI time
 down; the frameworks' tool calls are checked through the gateway in `test_frameworks.py` (the tiny model does not
-write tool calls of its own)."""
+write tool calls of its own). Measured: passed in 923 s with the machine's load average at 30-45; every episode one
+round, score 0 (the tiny model, warmed up without a tools block, does not answer the task under one), so the run
+checks the plumbing (episodes, masks, log-probs, drift), not learning."""
 
 from __future__ import annotations
 
