@@ -60,6 +60,7 @@ from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from recipe.composer.config_check import composer_settings
+from verl_ext.agent.trainer import AgentEpisodesMixin
 from verl_ext.composer.actor_loss import DPO_COLUMNS, SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
@@ -486,3 +487,8 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             block["rollout_is_weights"] = torch.ones_like(block["old_log_probs"])
         block.update(cols)
         return DataProto.from_dict(tensors=block)
+
+
+class AgentComposerTrainer(AgentEpisodesMixin, RayComposerTrainer):
+    """The Composer on agent episodes (`external_agent`, docs/AGENT.md): select with
+    `trainer.trainer_cls=recipe.composer.composer_ray_trainer.AgentComposerTrainer`."""

@@ -31,6 +31,7 @@ from recipe.fast_dapo.staleness import (
     staleness,
     staleness_metrics,
 )
+from verl_ext.agent.trainer import AgentEpisodesMixin
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
 from verl_ext.curriculum.memory import probe_outcome
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
@@ -251,3 +252,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 f"data.gen_batch_size or max_num_gen_batches (0 = no limit), raise n to screen more reliably, or use "
                 f"prompts of a difficulty nearer the model's level."
             )
+
+
+class AgentFastDAPOTrainer(AgentEpisodesMixin, RayFastDAPOTrainer):
+    """Fast DAPO on agent episodes (`external_agent`, docs/AGENT.md): select with
+    `trainer.trainer_cls=recipe.fast_dapo.fast_dapo_ray_trainer.AgentFastDAPOTrainer`."""

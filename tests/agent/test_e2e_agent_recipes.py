@@ -50,7 +50,7 @@ def test_calc_agent_fast_dapo(ray_cpu, tiny_assets, tmp_path):
             "trainer.test_freq=-1",
             f"trainer.default_local_dir={tmp_path / 'ckpt'}",
             "trainer.plot_keys=[]",
-            "trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer",
+            "trainer.trainer_cls=recipe.fast_dapo.fast_dapo_ray_trainer.AgentFastDAPOTrainer",
         ]
         + agent_overrides(tmp_path, tasks, CALC, response_length=128),
         config_module="recipe.fast_dapo.config",
@@ -76,7 +76,7 @@ def test_calc_agent_composer_sdpo_from_step_metas(ray_cpu, tiny_assets, tmp_path
     cfg = e2e_config(
         "composer",
         tiny_run_overrides(tiny_assets, tmp_path, 2)
-        + ["+arm=sdpo", "trainer.trainer_cls=verl_ext.agent.trainer.AgentComposerTrainer"]
+        + ["+arm=sdpo", "trainer.trainer_cls=recipe.composer.composer_ray_trainer.AgentComposerTrainer"]
         + agent_overrides(tmp_path, tasks, CALC, response_length=128),
         config_module="recipe.composer.config",
     )

@@ -7,7 +7,8 @@
 Overrides are Hydra overrides of verl's `ppo_trainer` config (with the project's config groups on the search path).
 `trainer.trainer_cls` defaults to `verl_ext.agent.trainer.AgentPPOTrainer`. The `external_agent` block is checked
 here, in the driver, before Ray starts. The recipes (`recipe.fast_dapo.main`, `recipe.composer.main`) take the
-same overrides with `trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer` / `AgentComposerTrainer`.
+same overrides with `trainer.trainer_cls=recipe.fast_dapo.fast_dapo_ray_trainer.AgentFastDAPOTrainer` /
+`recipe.composer.composer_ray_trainer.AgentComposerTrainer` (each recipe composes its agent trainer).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Trainer side of agent episodes: dropped episodes out of their advantage group, staleness, counts, the ledger,
 and the async mode.
 
-`AgentEpisodesMixin` goes in front of any `ExtRayPPOTrainer` subclass (ready-made: `AgentPPOTrainer` for plain
-PPO/GRPO, `AgentFastDAPOTrainer`, `AgentComposerTrainer`; select with `trainer.trainer_cls=...`). Before each
-training step it
+`AgentEpisodesMixin` goes in front of any `ExtRayPPOTrainer` subclass (ready-made: `AgentPPOTrainer` here for plain
+PPO/GRPO; each recipe composes its own next to its trainer: `AgentFastDAPOTrainer` in
+`recipe/fast_dapo/fast_dapo_ray_trainer.py`, `AgentComposerTrainer` in `recipe/composer/composer_ray_trainer.py`;
+select with `trainer.trainer_cls=...`). Before each training step it
 
 - in async mode, drops episodes more than `external_agent.max_staleness` policy updates old (status `stale`, see
   `episode.staleness`); the staleness of every episode is recorded (column `agent_staleness`, the ledger);
@@ -45,6 +46,7 @@ from verl_ext.agent.core import SPLIT_REASONS, TOOL_FAULTS
 from verl_ext.agent.episode import DROP_STATUSES, stale_mask, staleness
 from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.settings import AgentSettings, uses_external_agent
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 
 _END = object()
 
@@ -90,6 +92,9 @@ def versions_of(column) -> list[int | None]:
 
 
 class AgentEpisodesMixin:
+    # what `settings.check_config` asks of `trainer.trainer_cls` (an attribute, so the settings need not import this)
+    handles_agent_episodes = True
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.agent_settings = (
@@ -265,23 +270,5 @@ def torch_index(mask: np.ndarray):
     return torch.from_numpy(np.asarray(mask, dtype=bool))
 
 
-def _trainer(base_path: str, name: str):
-    from verl.utils.import_utils import load_class_from_fqn
-
-    base = load_class_from_fqn(base_path, "trainer")
-    return type(name, (AgentEpisodesMixin, base), {"__module__": __name__, "__qualname__": name})
-
-
-def __getattr__(name: str):
-    """`AgentPPOTrainer`, `AgentFastDAPOTrainer`, `AgentComposerTrainer`: built on first use, so importing this
-    module does not import the recipes (which import this package's siblings)."""
-    bases = {
-        "AgentPPOTrainer": "verl_ext.trainer.ppo_trainer.ExtRayPPOTrainer",
-        "AgentFastDAPOTrainer": "recipe.fast_dapo.fast_dapo_ray_trainer.RayFastDAPOTrainer",
-        "AgentComposerTrainer": "recipe.composer.composer_ray_trainer.RayComposerTrainer",
-    }
-    if name not in bases:
-        raise AttributeError(name)
-    cls = _trainer(bases[name], name)
-    globals()[name] = cls
-    return cls
+class AgentPPOTrainer(AgentEpisodesMixin, ExtRayPPOTrainer):
+    """Plain PPO/GRPO on agent episodes (`verl_ext.agent.main`'s default `trainer.trainer_cls`)."""

@@ -79,7 +79,7 @@ def test_agent_trainer_passes_the_agent_check():
     cfg = _cfg(
         "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent",
         "+external_agent.command=python a.py",
-        "trainer.trainer_cls=verl_ext.agent.trainer.AgentFastDAPOTrainer",
+        "trainer.trainer_cls=recipe.fast_dapo.fast_dapo_ray_trainer.AgentFastDAPOTrainer",
     )
     assert prepare_config(cfg).mode == "fast"
 

@@ -1,0 +1,154 @@
+"""The import rules of docs/ARCHITECTURE.md, read statically from the source (ast; nothing is imported):
+
+- the library never imports the recipes: no `verl_ext` module imports `recipe` or a module under it, at any level
+  (module body or function body), nor names one in a string that is a whole dotted path (`"recipe.x.Cls"`, what
+  `importlib` / verl's `load_class_from_fqn` would load); a recipe is chosen by the user (its entry module, its
+  config module), never by the library;
+- no import cycle inside `verl_ext` among module-level imports. An import inside a function runs when the function
+  is called, after every module involved has finished loading, so it is the accepted way to break a cycle (and to
+  keep a heavy import off a light path); imports under `if TYPE_CHECKING:` never run and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "verl_ext"
+RECIPE_PATH = re.compile(r"recipe(\.\w+)+")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.Module, module: str, is_package: bool, module_level_only: bool) -> list[tuple[str, int]]:
+    """(imported module, line) for every import statement; `from a import b` yields `a.b` and `a` (b may be a
+    submodule or a name in a's __init__: the caller keeps whichever is a module)."""
+    out: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if module_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if module_level_only and isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(ast.Module(body=[other], type_ignores=[]))
+                continue
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: resolve against this module's package
+                    pkg = module.split(".") if is_package else module.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - (child.level - 1)]
+                    base = ".".join(pkg + ([base] if base else []))
+                out.append((base, child.lineno))
+                out.extend((f"{base}.{a.name}", child.lineno) for a in child.names if a.name != "*")
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _recipe_paths(tree: ast.Module) -> list[tuple[str, int]]:
+    """String constants that are a whole dotted path into the recipes (a class or module the code would load)."""
+    return [
+        (n.value, n.lineno)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and RECIPE_PATH.fullmatch(n.value)
+    ]
+
+
+def _parsed() -> dict[str, tuple[ast.Module, bool]]:
+    return {m: (ast.parse(p.read_text(), str(p)), p.name == "__init__.py") for m, p in _modules().items()}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """verl_ext module -> the verl_ext modules its module-level imports load."""
+    parsed = _parsed()
+    graph: dict[str, set[str]] = {}
+    for m, (tree, is_pkg) in parsed.items():
+        graph[m] = {t for t, _ in _imports(tree, m, is_pkg, module_level_only=True) if t in parsed and t != m}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a], or None (iterative depth-first search, white/grey/black)."""
+    state: dict[str, int] = {}
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
+    return None
+
+
+def test_the_library_never_imports_the_recipes():
+    found = [
+        f"{m}:{line} imports {t}"
+        for m, (tree, is_pkg) in _parsed().items()
+        for t, line in _imports(tree, m, is_pkg, module_level_only=False)
+        if t == "recipe" or t.startswith("recipe.")
+    ]
+    found += [f"{m}:{line} names {s!r}" for m, (tree, _) in _parsed().items() for s, line in _recipe_paths(tree)]
+    assert not found, "verl_ext must not import the recipes (docs/ARCHITECTURE.md):\n" + "\n".join(found)
+
+
+def test_no_import_cycle_inside_the_library():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, (
+        "module-level import cycle inside verl_ext: " + " -> ".join(cycle) + " (break it by moving the shared "
+        "piece down, or import inside the function that needs it; docs/ARCHITECTURE.md)"
+    )
+
+
+def test_the_checks_see_what_they_look_for():
+    """The checkers themselves on known input: a cycle is found, function-level and TYPE_CHECKING imports are not
+    edges, relative imports resolve, and a recipe import is listed."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    src = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import sib\n"
+        "from ..other import thing\n"
+        "if TYPE_CHECKING:\n    import verl_ext.hidden\n"
+        "def f():\n    import recipe.fast_dapo.main\n"
+    )
+    tree = ast.parse(src)
+    top = {t for t, _ in _imports(tree, "verl_ext.pkg.mod", False, module_level_only=True)}
+    assert {"verl_ext.pkg.sib", "verl_ext.other.thing"} <= top
+    assert "verl_ext.hidden" not in top and "recipe.fast_dapo.main" not in top
+    every = {t for t, _ in _imports(tree, "verl_ext.pkg.mod", False, module_level_only=False)}
+    assert "recipe.fast_dapo.main" in every
+    named = ast.parse('X = "recipe.composer.composer_ray_trainer.RayComposerTrainer"\nY = "e.g. recipe.x.main"\n')
+    assert [s for s, _ in _recipe_paths(named)] == ["recipe.composer.composer_ray_trainer.RayComposerTrainer"]
+    assert len(import_graph()) > 50  # the real package was read
