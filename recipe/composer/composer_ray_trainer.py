@@ -59,7 +59,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-from recipe.composer.config_check import composer_settings
+from recipe.composer.config_check import FIDELITY, composer_settings
 from verl_ext.agent.trainer import AgentEpisodesMixin
 from verl_ext.composer.actor_loss import DPO_COLUMNS, SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
 from verl_ext.composer.disagreement import (
@@ -138,7 +138,7 @@ def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
 
 
 class RayComposerTrainer(ExtRayPPOTrainer):
-    fidelity_recipe = "composer"
+    fidelity = FIDELITY
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
 from verl_ext.config.errors import ConfigError
 from verl_ext.metrics_log.plot import check_plot_settings
-from verl_ext.trainer.fidelity import check_fidelity
+from verl_ext.trainer.fidelity import TrainerFidelity, check_fidelity
 
 COMPOSER_YAML = Path(__file__).parent / "config" / "composer.yaml"
 # The recipe's defaults live in composer.yaml only (each documented there); keys a config leaves out take them.
@@ -70,6 +70,36 @@ def _check_keys(section: dict, allowed: set, where: str) -> None:
         )
 
 
+def channel_weights(cfg: DictConfig) -> tuple[float, float]:
+    """(algorithm.alpha_sdpo, composer.beta_replay) as the config has them. A weight left out is off (0), not
+    composer.yaml's value: a config that names no channel is plain GRPO."""
+    alpha = float(cfg.algorithm.get("alpha_sdpo", 0.0) or 0.0)
+    beta = float(_plain(cfg.get("composer")).get("beta_replay", 0.0) or 0.0)
+    return alpha, beta
+
+
+def _sdpo_form(cfg: DictConfig) -> str:
+    return ({**_DEFAULT_SDPO, **(_plain(cfg.get("composer")).get("sdpo") or {})})["form"]
+
+
+def own_actor_loss(cfg: DictConfig) -> bool:
+    """The Composer installs its own actor loss (verl_ext/composer/actor_loss.py) when a loss-side channel is on:
+    SDPO in its full-logit form, or replay."""
+    alpha, beta = channel_weights(cfg)
+    return (alpha > 0 and _sdpo_form(cfg) == "full_logit") or beta > 0
+
+
+# What the Composer trainer changes of verl's step (verl_ext/trainer/fidelity.py).
+FIDELITY = TrainerFidelity(
+    "the Composer",
+    several_generation_calls=lambda cfg: True,  # in every setting
+    own_actor_loss=own_actor_loss,
+    own_actor_loss_when="alpha_sdpo > 0 with form=full_logit, or beta_replay > 0",
+    own_advantages=True,  # the grpo_composer estimator, not verl's compute_advantage
+    rejects_distillation="the Composer installs its own actor loss (SDPO is the recipe's distillation channel)",
+)
+
+
 def composer_settings(cfg: DictConfig) -> ComposerSettings:
     """Validated settings from a resolved run config; ConfigError names the offending key."""
     algo = cfg.algorithm
@@ -83,9 +113,7 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     _check_keys(sdpo, _SDPO_KEYS, "composer.sdpo")
     _check_keys(replay, _REPLAY_KEYS, "composer.replay")
     sdpo, replay = {**_DEFAULT_SDPO, **sdpo}, {**_DEFAULT_REPLAY, **replay}
-    # A channel weight left out is off (0), not composer.yaml's value: a config that names no channel is plain GRPO.
-    alpha = float(algo.get("alpha_sdpo", 0.0) or 0.0)
-    beta = float(comp.get("beta_replay", 0.0) or 0.0)
+    alpha, beta = channel_weights(cfg)
     if alpha < 0 or beta < 0:
         raise ConfigError(f"algorithm.alpha_sdpo and composer.beta_replay must be >= 0, got {alpha}, {beta}")
     hint_mode = sdpo["hint_mode"]
@@ -149,7 +177,7 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         _check_replay_update_order(cfg)
     if cfg.trainer.get("use_v1", False):
         raise ConfigError("the composer recipe runs on verl's legacy trainer: set trainer.use_v1=false")
-    check_fidelity(cfg, "composer")
+    check_fidelity(cfg, FIDELITY)
     from verl_ext.agent.settings import check_config as check_agent_config
 
     check_agent_config(cfg)  # the external_agent block, when the agent loop is selected (or the block is set)

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl_ext.config.errors import ConfigError
 from verl_ext.curriculum.memory import MemorySettings
 from verl_ext.metrics_log.plot import check_plot_settings
-from verl_ext.trainer.fidelity import check_fidelity
+from verl_ext.trainer.fidelity import TrainerFidelity, check_fidelity
 
 MODES = ("fast", "dapo")
 __all__ = ["ConfigError", "CurriculumSettings", "curriculum_settings", "prepare_config"]
@@ -32,13 +32,23 @@ class CurriculumSettings:
         return self.n + self.n_continue
 
 
+def curriculum_on(cfg: DictConfig) -> bool:
+    """`curriculum.enable` (on when left out; false is plain sampling, one generation call per step)."""
+    return bool((cfg.get("curriculum") or {}).get("enable", True))
+
+
+# What the fast DAPO trainer changes of verl's step (verl_ext/trainer/fidelity.py): the curriculum's several
+# generation calls per step.
+FIDELITY = TrainerFidelity("fast DAPO's curriculum", several_generation_calls=curriculum_on)
+
+
 def curriculum_settings(cfg: DictConfig) -> CurriculumSettings:
     cur = cfg.get("curriculum") or {}
     rollout = cfg.actor_rollout_ref.rollout
     n_continue = cur.get("n_continue", rollout.get("n_continue", 0))
     gen_batch_size = cfg.data.get("gen_batch_size")
     return CurriculumSettings(
-        mode=cur.get("mode", "fast") if cur.get("enable", True) else "plain",
+        mode=cur.get("mode", "fast") if curriculum_on(cfg) else "plain",
         n=int(rollout.n),
         n_continue=int(n_continue),
         train_batch_size=int(cfg.data.train_batch_size),
@@ -80,7 +90,7 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
         raise ConfigError(f"unknown curriculum keys {sorted(unknown)}; see recipe/fast_dapo/config/fast_dapo.yaml")
     if not isinstance(cur.get("enable", True), bool):
         raise ConfigError(f"curriculum.enable must be true or false, got {cur.enable!r}")
-    if cur.get("enable", True) and s.mode not in MODES:
+    if curriculum_on(cfg) and s.mode not in MODES:
         raise ConfigError(f"curriculum.mode={s.mode!r}: choose one of {MODES} (or curriculum.enable=false for plain)")
     if s.n < 1 or s.n_continue < 0:
         raise ConfigError(
@@ -121,7 +131,7 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
     from verl_ext.advantage.config import validate_algorithm_config
 
     validate_algorithm_config(cfg.algorithm)
-    check_fidelity(cfg, "fast_dapo")
+    check_fidelity(cfg, FIDELITY)
     from verl_ext.agent.settings import check_config as check_agent_config
 
     check_agent_config(cfg)  # the external_agent block, when the agent loop is selected (or the block is set)

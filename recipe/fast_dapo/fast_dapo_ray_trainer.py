@@ -23,7 +23,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.utils.debug import marked_timer
 
-from recipe.fast_dapo.config_check import curriculum_settings
+from recipe.fast_dapo.config_check import FIDELITY, curriculum_settings
 from recipe.fast_dapo.staleness import (
     VERSION_KEY,
     probs_diff_by_staleness,
@@ -43,7 +43,7 @@ class GenerationBudgetExceeded(RuntimeError):
 
 
 class RayFastDAPOTrainer(ExtRayPPOTrainer):
-    fidelity_recipe = "fast_dapo"
+    fidelity = FIDELITY
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -7,6 +7,11 @@ a `ConfigError` naming the key. `FEATURES` is that table (docs/FIDELITY.md holds
 generates); `tests/trainer/test_fidelity.py` checks every rejection and that a key not in use never trips one.
 
 Supported features are listed too, so the table is the whole side-by-side reading of verl's `fit`.
+
+The checks never ask which recipe runs: each trainer class declares, as its class attribute `fidelity` (a
+`TrainerFidelity`), what it changes of verl's step (several generation calls per step, its own actor loss, its own
+advantages, its own distillation), and the checks read that. The trainer base declares `BASE_FIDELITY`; a recipe's
+trainer declares its own next to its config check, which knows the recipe's keys and where their defaults live.
 """
 
 from __future__ import annotations
@@ -19,7 +24,27 @@ from omegaconf import DictConfig, OmegaConf
 from verl_ext.config.errors import ConfigError
 
 SUPPORTED, PARTIAL, REJECTED = "supported", "supported, rejected where noted", "rejected"
-RECIPES = ("ppo", "fast_dapo", "composer")  # ppo: the trainer base on a plain batch (fast_dapo with curriculum off)
+
+
+def _never(cfg: DictConfig) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class TrainerFidelity:
+    """What a trainer class changes of verl's `fit` step, as far as the feature checks need to know."""
+
+    name: str  # how the messages name it ("the Composer")
+    # per step, more than one generation call (verl's skip.rollout replays one call per step)
+    several_generation_calls: Callable[[DictConfig], bool] = _never
+    # its own actor loss replaces verl's policy loss (which rollout-correction bypass mode would switch)
+    own_actor_loss: Callable[[DictConfig], bool] = _never
+    own_actor_loss_when: str = ""  # the settings that turn it on, for the message
+    own_advantages: bool = False  # does not call verl's compute_advantage (where use_pf_ppo is applied)
+    rejects_distillation: str | None = None  # why verl's distillation cannot run with it; None: it can
+
+
+BASE_FIDELITY = TrainerFidelity("the trainer base")
 
 
 def _get(cfg: DictConfig, key: str, default=None):
@@ -31,19 +56,6 @@ def _project_estimator(cfg: DictConfig) -> bool:
     from verl_ext.advantage.config import ESTIMATORS
 
     return cfg.algorithm.adv_estimator in ESTIMATORS
-
-
-def _curriculum_on(cfg: DictConfig, recipe: str) -> bool:
-    return recipe == "fast_dapo" and bool(_get(cfg, "curriculum.enable", True))
-
-
-def _composer_custom_loss(cfg: DictConfig, recipe: str) -> bool:
-    """The Composer installs its own actor loss (verl_ext/composer/actor_loss.py) when a loss-side channel is on."""
-    if recipe != "composer":
-        return False
-    sdpo_on = float(_get(cfg, "algorithm.alpha_sdpo", 0.0)) > 0
-    full_logit = sdpo_on and _get(cfg, "composer.sdpo.form", "full_logit") == "full_logit"
-    return full_logit or float(_get(cfg, "composer.beta_replay", 0.0)) > 0
 
 
 def _rollout_corr(cfg: DictConfig) -> dict:
@@ -61,12 +73,13 @@ class Feature:
     key: str  # the config key (or what the user sets) that turns the feature on
     status: str  # SUPPORTED | PARTIAL (rejected in the combinations `check` names) | REJECTED
     note: str  # how it is supported, or why it is rejected
-    # (cfg, recipe) -> None if fine, else the reason it cannot run; only for features rejected in some setting
-    check: Callable[[DictConfig, str], str | None] | None = None
+    # (cfg, the trainer's fidelity) -> None if fine, else the reason it cannot run; only for features rejected in
+    # some setting
+    check: Callable[[DictConfig, TrainerFidelity], str | None] | None = None
     tests: tuple[str, ...] = ()  # the tests that show it (names of test functions under tests/)
 
 
-def _remax(cfg, recipe):
+def _remax(cfg, trainer):
     if cfg.algorithm.adv_estimator == "remax":
         return (
             "REMAX needs a greedy baseline rollout per prompt in the same generation call; the trainer base "
@@ -75,7 +88,7 @@ def _remax(cfg, recipe):
     return None
 
 
-def _reward_model(cfg, recipe):
+def _reward_model(cfg, trainer):
     # verl scores with a reward model in one of two places: a standalone model (its own resource pool) inside the
     # reward loop that streams with the rollout, so `rm_scores` arrive with the generated batch as a reward
     # function's do; a colocated one (no own pool) by a separate `_compute_reward_colocate` call in `fit`.
@@ -91,21 +104,21 @@ def _reward_model(cfg, recipe):
     return None
 
 
-def _skip(cfg, recipe):
+def _skip(cfg, trainer):
     # verl's legacy fit honours skip.rollout only (AgentLoopManager.generate_sequences is wrapped by it, keyed by the
     # step); skip.rollout_tq and skip.async_rollout belong to the v1 and fully-async trainers and would be ignored.
     on = [k for k in ("async_rollout", "rollout_tq") if _get(cfg, f"skip.{k}.enable", False)]
     if on:
         return f"skip.{on[0]}.enable belongs to verl's v1 / fully-async trainers; the legacy loop would ignore it"
-    if _get(cfg, "skip.rollout.enable", False) and (_curriculum_on(cfg, recipe) or recipe == "composer"):
+    if _get(cfg, "skip.rollout.enable", False) and trainer.several_generation_calls(cfg):
         return (
             "skip.rollout.enable (verl's rollout dump/replay keyed by step) replays one generation call per step; "
-            "fast DAPO's curriculum and the Composer make several, so a replay by step would be wrong"
+            f"{trainer.name} makes several, so a replay by step would be wrong"
         )
     return None
 
 
-def _filter_groups(cfg, recipe):
+def _filter_groups(cfg, trainer):
     if _get(cfg, "algorithm.filter_groups.enable", False):
         return (
             "algorithm.filter_groups is read by verl-recipe's DAPO trainer, not by verl's fit (it would be "
@@ -114,8 +127,8 @@ def _filter_groups(cfg, recipe):
     return None
 
 
-def _pf_ppo(cfg, recipe):
-    if _get(cfg, "algorithm.use_pf_ppo", False) and (recipe == "composer" or _project_estimator(cfg)):
+def _pf_ppo(cfg, trainer):
+    if _get(cfg, "algorithm.use_pf_ppo", False) and (trainer.own_advantages or _project_estimator(cfg)):
         return (
             "algorithm.use_pf_ppo is applied inside verl's compute_advantage, which the project's estimators "
             "and the Composer do not call; use one of verl's estimators without it, or drop use_pf_ppo"
@@ -123,16 +136,13 @@ def _pf_ppo(cfg, recipe):
     return None
 
 
-def _distillation(cfg, recipe):
-    if recipe == "composer" and _get(cfg, "distillation.enabled", False):
-        return (
-            "verl's distillation sets its own actor loss flags; the Composer installs its own actor loss "
-            "(SDPO is the recipe's distillation channel)"
-        )
+def _distillation(cfg, trainer):
+    if trainer.rejects_distillation and _get(cfg, "distillation.enabled", False):
+        return f"verl's distillation sets its own actor loss flags; {trainer.rejects_distillation}"
     return None
 
 
-def _rollout_correction(cfg, recipe):
+def _rollout_correction(cfg, trainer):
     rc = _rollout_corr(cfg)
     if not _rollout_corr_used(cfg):
         return None
@@ -142,11 +152,11 @@ def _rollout_correction(cfg, recipe):
             "actor_rollout_ref.rollout.calculate_log_probs=true (verl would skip the correction silently)"
         )
     if rc.get("bypass_mode"):
-        if _composer_custom_loss(cfg, recipe):
+        if trainer.own_actor_loss(cfg):
             return (
                 "algorithm.rollout_correction.bypass_mode switches verl's policy loss to loss_mode=bypass_mode; "
-                "the Composer's own actor loss (alpha_sdpo > 0 with form=full_logit, or beta_replay > 0) "
-                "replaces it. Use decoupled mode (bypass_mode=false)"
+                f"{trainer.name}'s own actor loss ({trainer.own_actor_loss_when}) replaces it. Use decoupled mode "
+                "(bypass_mode=false)"
             )
         if _project_estimator(cfg):
             from verl_ext.advantage.config import validate_algorithm_config
@@ -161,7 +171,7 @@ def _rollout_correction(cfg, recipe):
     return None
 
 
-def _max_samples(cfg, recipe):
+def _max_samples(cfg, trainer):
     # verl's RLHFDataset draws the subset with np.random.default_rng(data.seed): with no seed every process (a
     # resumed run, each campaign seed) trains and validates on other prompts, while the checkpoint's dataloader
     # position refers to the first subset.
@@ -329,11 +339,12 @@ FEATURES: tuple[Feature, ...] = (
 )
 
 
-def check_fidelity(cfg: DictConfig, recipe: str) -> None:
-    """Raise ConfigError naming every feature of verl's fit that `cfg` asks for and this recipe cannot run."""
-    if recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
-    problems = [f"{f.key}: {reason}" for f in FEATURES if f.check and (reason := f.check(cfg, recipe))]
+def check_fidelity(cfg: DictConfig, trainer: TrainerFidelity) -> None:
+    """Raise ConfigError naming every feature of verl's fit that `cfg` asks for and this trainer cannot run
+    (`trainer`: the trainer class's `fidelity`)."""
+    if not isinstance(trainer, TrainerFidelity):
+        raise TypeError(f"check_fidelity needs the trainer class's TrainerFidelity (its `fidelity`), got {trainer!r}")
+    problems = [f"{f.key}: {reason}" for f in FEATURES if f.check and (reason := f.check(cfg, trainer))]
     if problems:
         raise ConfigError(
             "verl features this run cannot honour (see verl_ext/trainer/fidelity.py):\n- " + "\n- ".join(problems)

@@ -63,7 +63,7 @@ from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController
 from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
 from verl_ext.metrics_log.console import COMPACT_BACKEND, check_baseline, compact_line, run_summary, val_accuracy
 from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
-from verl_ext.trainer.fidelity import check_fidelity
+from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
@@ -98,12 +98,13 @@ def gdpo_metrics(batch: DataProto, algo) -> dict:
 
 
 class ExtRayPPOTrainer(RayPPOTrainer):
-    # which recipe's combinations verl_ext/trainer/fidelity.py checks (the recipes' config checks run it in the driver)
-    fidelity_recipe = "ppo"
+    # what this trainer changes of verl's step, for verl_ext/trainer/fidelity.py's checks (a recipe's trainer
+    # declares its own; the recipes' config checks run the same check in the driver)
+    fidelity: TrainerFidelity = BASE_FIDELITY
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        check_fidelity(self.config, self.fidelity_recipe)
+        check_fidelity(self.config, self.fidelity)
         self._bypass_loss_for_workers()
         # None when adv_estimator is one of verl's own (gae, grpo, rloo, ...): the step then calls verl's path.
         self.adv_config: AdvantageConfig | None = validate_algorithm_config(self.config.algorithm)
