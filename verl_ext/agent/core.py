@@ -52,6 +52,10 @@ from verl_ext.agent.trajectory import Round, extends
 # version (verl's global_steps) or None])
 GenerateFn = Callable[[str, list[int], dict[str, Any]], Awaitable[tuple]]
 
+# the gateway's defaults (the `external_agent` settings take theirs from here): loopback only, and back-pressure
+# (429) past this many generation requests in flight
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_MAX_INFLIGHT = 256
 SPLIT_REASONS = ("rewrite", "reply_changed", "parse_failure", "tools_changed", "template_mismatch")
 TOOL_FAULTS = ("malformed", "unknown_tool", "choice_unmet")
 
@@ -229,7 +233,7 @@ class EpisodeCore:
         generate: GenerateFn,
         prompt_length: int,
         response_length: int,
-        max_inflight: int = 256,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
         tool_parser: str = "hermes",
         reasoning_parser: str = "none",
     ):

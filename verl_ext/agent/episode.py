@@ -28,8 +28,8 @@ import numpy as np
 
 from verl_ext.agent.trajectory import Round, Segment, assemble_segments
 
-ON_REWRITE = ("drop", "last")
-SCORE_SOURCES = ("agent", "reward_fn")
+ON_REWRITE = ("drop", "last")  # the first is the default
+SCORE_SOURCES = ("agent", "reward_fn")  # the first is the default
 
 
 class Status(StrEnum):
@@ -53,20 +53,25 @@ class Outcome:
     use_agent_score: bool  # False: the reward function scores the transcript
 
 
+def check_rules(on_rewrite: str, score_source: str, where: str = "") -> None:
+    """ValueError unless both are known (`where`: the config block's prefix for the message)."""
+    if on_rewrite not in ON_REWRITE:
+        raise ValueError(f"{where}on_rewrite must be one of {ON_REWRITE}, got {on_rewrite!r}")
+    if score_source not in SCORE_SOURCES:
+        raise ValueError(f"{where}score_source must be one of {SCORE_SOURCES}, got {score_source!r}")
+
+
 def decide(
     rounds: list[Round],
     *,
     exit_code: int | None,
     timed_out: bool,
     score_posted: bool,
-    on_rewrite: str = "drop",
-    score_source: str = "agent",
+    on_rewrite: str = ON_REWRITE[0],
+    score_source: str = SCORE_SOURCES[0],
 ) -> Outcome:
     """The status of a finished episode and the segment to train (see module docstring for the order)."""
-    if on_rewrite not in ON_REWRITE:
-        raise ValueError(f"on_rewrite must be one of {ON_REWRITE}, got {on_rewrite!r}")
-    if score_source not in SCORE_SOURCES:
-        raise ValueError(f"score_source must be one of {SCORE_SOURCES}, got {score_source!r}")
+    check_rules(on_rewrite, score_source)
     segments = assemble_segments(rounds)
     n = len(segments)
     use_agent_score = score_posted and score_source != "reward_fn"

@@ -21,7 +21,7 @@ placeholder with response mask 0 and status columns `agent_status`, `agent_episo
 
 from __future__ import annotations
 
-import asyncio
+import atexit
 import json
 import logging
 from typing import Any
@@ -37,13 +37,15 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl_ext.agent.agent_process import run_episode
 from verl_ext.agent.episode import Status
 from verl_ext.agent.gateway import Gateway
+from verl_ext.agent.gateway_owner import LoopGateways
 from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings, gateway_key
 from verl_ext.agent.trajectory import truncate
 
 logger = logging.getLogger(__name__)
 
-_GATEWAYS: dict[int, Gateway] = {}  # one per event loop (= per agent-loop worker process)
-_GATEWAY_LOCK: asyncio.Lock | None = None
+# this process's gateways, one per event loop (= per agent-loop worker), stopped when the process exits
+GATEWAYS = LoopGateways()
+atexit.register(GATEWAYS.close)
 _PORT_TRIES = 64
 
 
@@ -70,51 +72,42 @@ class ExternalAgentLoop(AgentLoopBase):
         self.response_length = self.rollout_config.response_length
 
     async def _gateway(self) -> Gateway:
-        global _GATEWAY_LOCK
-        loop = asyncio.get_running_loop()
-        if _GATEWAY_LOCK is None:
-            _GATEWAY_LOCK = asyncio.Lock()
-        async with _GATEWAY_LOCK:
-            gw = _GATEWAYS.get(id(loop))
-            if gw is not None:
-                return gw
-            server = self.server_manager
+        return await GATEWAYS.get(self._start_gateway)
 
-            async def generate(request_id, prompt_ids, sampling_params):
-                out = await server.generate(
-                    request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
-                )
-                return out.token_ids, out.log_probs, (out.extra_fields or {}).get("global_steps")
+    async def _start_gateway(self) -> Gateway:
+        server = self.server_manager
 
-            s = self.settings
-            last_error = None
-            for offset in range(_PORT_TRIES if s.port else 1):
-                gw = Gateway(
-                    tokenizer=self.tokenizer,
-                    builder=self.continuous_token_builder,
-                    generate=generate,
-                    model_name=str(self.config.actor_rollout_ref.model.path),
-                    prompt_length=self.rollout_config.prompt_length,
-                    response_length=self.response_length,
-                    host=s.host,
-                    port=s.port + offset if s.port else 0,
-                    max_inflight=s.max_inflight,
-                    api_key=gateway_key(s),
-                    tool_parser=s.tool_parser,
-                    reasoning_parser=s.reasoning_parser,
-                )
-                try:
-                    await gw.start()
-                    break
-                except OSError as e:  # port taken (another worker on this node): try the next one
-                    last_error = e
-            else:
-                raise RuntimeError(
-                    f"external_agent: no free port in {s.port}..{s.port + _PORT_TRIES - 1}"
-                ) from last_error
-            logger.warning("external_agent gateway listening on %s", gw.base_url)
-            _GATEWAYS[id(loop)] = gw
-            return gw
+        async def generate(request_id, prompt_ids, sampling_params):
+            out = await server.generate(request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+            return out.token_ids, out.log_probs, (out.extra_fields or {}).get("global_steps")
+
+        s = self.settings
+        last_error = None
+        for offset in range(_PORT_TRIES if s.port else 1):
+            gw = Gateway(
+                tokenizer=self.tokenizer,
+                builder=self.continuous_token_builder,
+                generate=generate,
+                model_name=str(self.config.actor_rollout_ref.model.path),
+                prompt_length=self.rollout_config.prompt_length,
+                response_length=self.response_length,
+                host=s.host,
+                port=s.port + offset if s.port else 0,
+                max_inflight=s.max_inflight,
+                api_key=gateway_key(s),
+                tool_parser=s.tool_parser,
+                reasoning_parser=s.reasoning_parser,
+            )
+            try:
+                await gw.start()
+                break
+            except OSError as e:  # port taken (another worker on this node): try the next one
+                last_error = e
+                await gw.stop()  # the app runner was set up before the bind failed
+        else:
+            raise RuntimeError(f"external_agent: no free port in {s.port}..{s.port + _PORT_TRIES - 1}") from last_error
+        logger.warning("external_agent gateway listening on %s", gw.base_url)
+        return gw
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         gw = await self._gateway()

@@ -36,6 +36,8 @@ from typing import Any
 from aiohttp import web
 
 from verl_ext.agent.core import (  # noqa: F401  (re-exported: the names callers used before the core existed)
+    DEFAULT_HOST,
+    DEFAULT_MAX_INFLIGHT,
     EpisodeCore,
     GatewayStats,
     GenerateFn,
@@ -59,9 +61,9 @@ class Gateway:
         model_name: str,
         prompt_length: int,
         response_length: int,
-        host: str = "127.0.0.1",
+        host: str = DEFAULT_HOST,
         port: int = 0,
-        max_inflight: int = 256,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
         api_key: str | None = None,
         tool_parser: str = "hermes",
         reasoning_parser: str = "none",

@@ -12,7 +12,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES
+from verl_ext.agent.core import DEFAULT_HOST, DEFAULT_MAX_INFLIGHT
+from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES, check_rules
 from verl_ext.agent.toolcall import REASONING_PARSERS
 
 AGENT_LOOP_NAME = "external_agent"
@@ -23,12 +24,12 @@ LAUNCHES = ("process", "pool")
 @dataclass(frozen=True)
 class AgentSettings:
     command: tuple[str, ...] = ()
-    host: str = "127.0.0.1"
+    host: str = DEFAULT_HOST
     port: int = 0
     timeout_s: float = 120.0
-    max_inflight: int = 256
-    on_rewrite: str = "drop"
-    score_source: str = "agent"
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
+    on_rewrite: str = ON_REWRITE[0]
+    score_source: str = SCORE_SOURCES[0]
     api_key: str | None = None  # None: a random key per gateway, handed to the agents in OPENAI_API_KEY
     env: dict[str, str] = field(default_factory=dict)
     episode_log: str | None = None
@@ -109,10 +110,7 @@ class AgentSettings:
             raise ValueError(f"external_agent.timeout_s must be > 0, got {s.timeout_s}")
         if s.max_inflight < 1:
             raise ValueError(f"external_agent.max_inflight must be >= 1, got {s.max_inflight}")
-        if s.on_rewrite not in ON_REWRITE:
-            raise ValueError(f"external_agent.on_rewrite must be one of {ON_REWRITE}, got {s.on_rewrite!r}")
-        if s.score_source not in SCORE_SOURCES:
-            raise ValueError(f"external_agent.score_source must be one of {SCORE_SOURCES}, got {s.score_source!r}")
+        check_rules(s.on_rewrite, s.score_source, where=f"{AGENT_LOOP_NAME}.")
         if s.launch == "pool" and s.port == 0:
             raise ValueError(
                 "external_agent.launch=pool needs a fixed external_agent.port: the agent workers must "
