@@ -31,6 +31,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from verl_ext.campaign import CampaignSpec, is_done, mark_done
+from verl_ext.launch.artifacts import METRICS_FILE
+from verl_ext.launch.job import DEFAULT_PYTHON
 from verl_ext.metrics_log.plot import plot_runs
 
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--submit", metavar="ADDRESS", help="run each (condition, seed) as a Ray job on this cluster")
     p.add_argument("--local-root", default="outputs/campaign", help="--submit: where outputs are collected")
     p.add_argument("--max-concurrent", type=int, default=1, help="--submit: jobs running at once")
-    p.add_argument("--python", default="python", help="--submit: the interpreter on the cluster's head node")
+    p.add_argument("--python", default=DEFAULT_PYTHON, help="--submit: the interpreter on the cluster's head node")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="--submit: job env variables")
     p.add_argument(
         "--preflight",
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(spec: CampaignSpec, plans, root: Path) -> None:
-    logs = [(r.label, root / spec.name / r.label / "metrics.jsonl") for r in plans]
+    logs = [(r.label, root / spec.name / r.label / METRICS_FILE) for r in plans]
     logs = [(label, path) for label, path in logs if path.exists()]
     if spec.plot_keys and logs:
         out = root / spec.name / "curves.png"

@@ -46,6 +46,7 @@ DEFAULT_KEYS = [
     "adv/sepa_lambda",
 ]
 DEFAULT_TARGET_KEY = "val-core/*/acc/mean@1"
+DEFAULT_TARGET_FRAC = 0.9  # with neither --target nor --target-frac: this fraction of the best final value
 
 
 def load_campaign(
@@ -57,7 +58,7 @@ def load_campaign(
     for run in spec.runs(out_root):
         if only and run.condition not in only:
             continue
-        records = read_jsonl(run.run_dir / "metrics.jsonl")
+        records = read_jsonl(run.metrics_path)
         if records:
             campaign.setdefault(run.condition, {})[run.seed] = records
         else:
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     goal.add_argument(
         "--target-frac",
         type=float,
-        help="target = this fraction of the best condition's mean final value (default 0.9)",
+        help=f"target = this fraction of the best condition's mean final value (default {DEFAULT_TARGET_FRAC})",
     )
     p.add_argument("--tokens-key", default=TOKENS_KEY, help="cumulative generated-token count")
     p.add_argument("--time-key", default=TIME_KEY, help="cumulative training wall time in seconds")
@@ -193,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not keys:
         raise SystemExit(f"the runs logged none of the default keys {DEFAULT_KEYS}; pass --keys")
     target_key = _one_key(args.target_key or DEFAULT_TARGET_KEY, campaign, required=bool(args.target_key))
-    target_frac = 0.9 if args.target is None and args.target_frac is None else args.target_frac
+    target_frac = DEFAULT_TARGET_FRAC if args.target is None and args.target_frac is None else args.target_frac
     speedups = [tuple(pair.split(":", 1)) for pair in args.speedup]
     for pair in speedups:
         if len(pair) != 2 or not set(pair) <= set(spec.conditions):

@@ -24,6 +24,9 @@ from typing import Any
 
 import yaml
 
+from verl_ext.launch.artifacts import METRICS_FILE
+
+SEED_OVERRIDES = ("data.seed={seed}",)  # how a seed reaches a run when the spec names no seed_overrides
 _KEYS = {"name", "entry", "base", "conditions", "seeds", "seed_overrides", "plot_keys"}
 DONE_FILE = "DONE"
 
@@ -39,6 +42,10 @@ class RunPlan:
     def label(self) -> str:
         return f"{self.condition}_s{self.seed}"
 
+    @property
+    def metrics_path(self) -> Path:
+        return self.run_dir / METRICS_FILE
+
 
 @dataclass(frozen=True)
 class CampaignSpec:
@@ -47,7 +54,7 @@ class CampaignSpec:
     conditions: dict[str, list[str]]
     seeds: list[int]
     base: list[str] = field(default_factory=list)
-    seed_overrides: list[str] = field(default_factory=lambda: ["data.seed={seed}"])
+    seed_overrides: list[str] = field(default_factory=lambda: list(SEED_OVERRIDES))
     plot_keys: list[str] = field(default_factory=list)
 
     @classmethod
@@ -78,7 +85,7 @@ class CampaignSpec:
             or len(set(seeds)) != len(seeds)
         ):
             raise ValueError(f"campaign seeds must be a non-empty list of distinct ints, got {seeds!r}")
-        seed_overrides = list(raw.get("seed_overrides", ["data.seed={seed}"]))
+        seed_overrides = list(raw.get("seed_overrides", SEED_OVERRIDES))
         if not all("{seed}" in o for o in seed_overrides):
             raise ValueError(f"every seed override must contain {{seed}}, got {seed_overrides!r}")
         return cls(
@@ -104,7 +111,7 @@ class CampaignSpec:
                 run_dir = Path(out_root) / self.name / f"{cond}_s{seed}"
                 own = [
                     f"trainer.default_local_dir={run_dir}",
-                    f"trainer.jsonl_metrics_path={run_dir / 'metrics.jsonl'}",
+                    f"trainer.jsonl_metrics_path={run_dir / METRICS_FILE}",
                     f"trainer.experiment_name={self.name}_{cond}_s{seed}",
                     "trainer.resume_mode=auto",
                 ]

@@ -72,7 +72,7 @@ def submit_campaign(
     client,
     local_root: str | Path,
     max_concurrent: int = 1,
-    python: str = "python",
+    python: str = job.DEFAULT_PYTHON,
     env_vars: dict | None = None,
     poll_s: float = 2.0,
     log: Callable[[str], None] = print,

@@ -16,6 +16,7 @@ import io
 import tarfile
 from pathlib import Path
 
+METRICS_FILE = "metrics.jsonl"  # a run's metric log, in its run directory (cluster jobs and campaigns alike)
 BEGIN = "===VERL_EXT_ARTIFACTS_BEGIN==="
 END = "===VERL_EXT_ARTIFACTS_END==="
 LINE = "VERL_EXT_ARTIFACT "

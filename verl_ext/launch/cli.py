@@ -45,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         default=str(job.PROJECT_ROOT),
         help="uploaded as the job's working dir; 'none' if the project is installed on every node",
     )
-    s.add_argument("--python", default="python", help="the interpreter on the head node (default: python)")
+    s.add_argument(
+        "--python", default=job.DEFAULT_PYTHON, help=f"the interpreter on the head node (default: {job.DEFAULT_PYTHON})"
+    )
     s.add_argument("--submission-id")
-    s.add_argument("--lost-node-grace-s", type=float, default=30.0)
+    s.add_argument("--lost-node-grace-s", type=float, default=job.LOST_NODE_GRACE_S)
     s.add_argument("--no-wait", action="store_true")
     s.add_argument(
         "--preflight",

@@ -27,6 +27,9 @@ from pathlib import Path
 
 from verl_ext.launch import artifacts
 
+# after a node is lost, how long the run may go on before it is stopped (default of every launch entry point)
+LOST_NODE_GRACE_S = 30.0
+
 LOST_NODE_EXIT = 3  # our exit code when the watch stopped the run (distinct from the recipe's own failures)
 
 
@@ -99,8 +102,8 @@ def collect_files(run_dir: Path, jsonl: Path | None) -> dict[str, Path]:
     for name in ("config.yaml",):
         files[name] = run_dir / name
     files["overrides.yaml"] = run_dir / "hydra" / ".hydra" / "overrides.yaml"
-    jsonl = jsonl or run_dir / "metrics.jsonl"
-    files["metrics.jsonl"] = jsonl
+    jsonl = jsonl or run_dir / artifacts.METRICS_FILE
+    files[artifacts.METRICS_FILE] = jsonl
     files.update({p.name: p for p in sorted(jsonl.parent.glob(f"{jsonl.stem}*.png"))})
     return files
 
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--module", required=True, help="python -m <module>, e.g. recipe.fast_dapo.main")
     p.add_argument("--jsonl", type=Path, default=None, help="the run's metrics.jsonl (default <run-dir>/metrics.jsonl)")
-    p.add_argument("--lost-node-grace-s", type=float, default=30.0)
+    p.add_argument("--lost-node-grace-s", type=float, default=LOST_NODE_GRACE_S)
     p.add_argument(
         "--lost-node-settle-s",
         type=float,

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_ext.launch import artifacts
+from verl_ext.launch.entry import LOST_NODE_GRACE_S
+
+DEFAULT_PYTHON = "python"  # the cluster's interpreter, on the head node's PATH
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Never uploaded with the working dir (Ray also honours .gitignore): environments, outputs, VCS data.
@@ -58,8 +61,8 @@ class JobRequest:
     run_dir: str  # absolute, on the cluster's shared storage
     env_vars: dict[str, str] = field(default_factory=dict)
     working_dir: Path | None = PROJECT_ROOT  # None: the project is installed on every node already
-    python: str = "python"  # the cluster's interpreter, on the head node's PATH
-    lost_node_grace_s: float = 30.0
+    python: str = DEFAULT_PYTHON
+    lost_node_grace_s: float = LOST_NODE_GRACE_S
     # The driver's pre-flight before submitting: "full", "config" (no data/model files: they are on the cluster's
     # storage only) or "none" (composition only).
     preflight: str = "full"
@@ -109,7 +112,7 @@ def cluster_overrides(req: JobRequest) -> list[str]:
     given = {_override_key(o) for o in req.overrides}
     extra = {
         "trainer.default_local_dir": req.run_dir,
-        "trainer.jsonl_metrics_path": f"{req.run_dir}/metrics.jsonl",
+        "trainer.jsonl_metrics_path": f"{req.run_dir}/{artifacts.METRICS_FILE}",
     }
     out = list(req.overrides) + [f"{k}={v}" for k, v in extra.items() if k not in given]
     # Joining a running cluster: Ray refuses num_cpus/num_gpus in ray.init (the nodes declared them).
