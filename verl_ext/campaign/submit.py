@@ -85,15 +85,14 @@ def submit_campaign(
     recipe = recipe_of(spec.entry)
     local_dir = Path(local_root) / spec.name
     state = SubmitState.load(local_dir / STATE_FILE)
-    requests = {}
-    for run in plans:  # every request checked before the first submission
+    requests, configs = {}, {}
+    for run in plans:  # every request composed and checked once, all before the first submission
         if not run.run_dir.is_absolute():
             raise ValueError(f"the cluster out root must be absolute (shared storage), got run dir {run.run_dir}")
-        requests[run.label] = job.JobRequest(
+        req = job.JobRequest(
             recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}), python=python, preflight=preflight
         )
-    if requests:
-        job.validate(next(iter(requests.values())))
+        requests[run.label], configs[run.label] = req, job.validate(req)
 
     skipped = [r.label for r in plans if state.get(r.label)["status"] == "SUCCEEDED"]
     for label in skipped:
@@ -113,7 +112,7 @@ def submit_campaign(
         while queue and len(running) < max_concurrent:
             label = queue.pop(0)
             running.add(label)
-            _submit(client, state, label, requests[label], spec.name, log)
+            _submit(client, state, label, requests[label], configs[label], spec.name, log)
         time.sleep(poll_s)
         for label in sorted(running):
             entry = state.get(label)
@@ -146,11 +145,11 @@ def _status(client, submission_id: str) -> str | None:
         raise
 
 
-def _submit(client, state: SubmitState, label: str, req: job.JobRequest, name: str, log) -> None:
+def _submit(client, state: SubmitState, label: str, req: job.JobRequest, cfg, name: str, log) -> None:
     entry = state.get(label)
     sid = f"{name}-{label}-a{entry['attempts'] + 1}".replace("+", "-")
     if _status(client, sid) is None:
-        job.submit(client, req, submission_id=sid, metadata={"campaign": name, "run": label})
+        job.submit(client, req, submission_id=sid, metadata={"campaign": name, "run": label}, cfg=cfg)
         log(f"[campaign] {label}: submitted {sid}")
     else:  # accepted before a crash that kept it out of the state file
         log(f"[campaign] {label}: {sid} was already submitted, following it")

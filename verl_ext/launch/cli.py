@@ -30,12 +30,23 @@ def _env_pairs(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m verl_ext.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("submit", help="submit a recipe run")
+    _submit_arguments(sub.add_parser("submit", help="submit a recipe run"))
+    for name in ("status", "logs", "stop", "collect"):
+        q = sub.add_parser(name)
+        q.add_argument("job_id")
+        if name == "collect":
+            q.add_argument("--local-dir")
+    for q in sub.choices.values():
+        q.add_argument("--address", default=os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265"))
+    return p
+
+
+def _submit_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("--recipe", required=True, help=f"one of {job.available_recipes()}")
     s.add_argument("--run-dir", required=True, help="absolute path on the cluster's shared storage")
     s.add_argument("--local-dir", help="where the outputs are collected (default runs/<job id>)")
@@ -59,55 +70,69 @@ def main(argv: list[str] | None = None) -> int:
         "cluster's storage only: leave them out), none (composition only)",
     )
     s.add_argument("overrides", nargs="*")
-    for name in ("status", "logs", "stop", "collect"):
-        q = sub.add_parser(name)
-        q.add_argument("job_id")
-        if name == "collect":
-            q.add_argument("--local-dir")
-    for q in sub.choices.values():
-        q.add_argument("--address", default=os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265"))
-    args = p.parse_args(argv)
 
-    if args.cmd == "submit":
-        req = job.JobRequest(
-            recipe=args.recipe,
-            overrides=args.overrides,
-            run_dir=args.run_dir,
-            env_vars=_env_pairs(args.env),
-            working_dir=None if args.working_dir == "none" else Path(args.working_dir),
-            python=args.python,
-            lost_node_grace_s=args.lost_node_grace_s,
-            preflight=args.preflight,
-        )
-        try:
-            job.validate(req)  # before connecting: a bad request fails without a cluster
-        except job.JobError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        c = job.client(args.address)
-        job_id = job.submit(c, req, submission_id=args.submission_id)
-        print(f"[verl_ext.launch] submitted {job_id} to {args.address}", flush=True)
-        if args.no_wait:
-            return 0
-        try:
-            status = job.follow(c, job_id)
-        except KeyboardInterrupt:
-            print(f"\n[verl_ext.launch] detached; {job_id} keeps running (stop: ... stop {job_id})")
-            return 130
-        return _finish(c, job_id, status, args.local_dir)
+
+def _request(args) -> job.JobRequest:
+    return job.JobRequest(
+        recipe=args.recipe,
+        overrides=args.overrides,
+        run_dir=args.run_dir,
+        env_vars=_env_pairs(args.env),
+        working_dir=None if args.working_dir == "none" else Path(args.working_dir),
+        python=args.python,
+        lost_node_grace_s=args.lost_node_grace_s,
+        preflight=args.preflight,
+    )
+
+
+def _submit(args) -> int:
+    req = _request(args)
+    try:
+        cfg = job.validate(req)  # before connecting: a bad request fails without a cluster
+    except job.JobError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     c = job.client(args.address)
-    if args.cmd == "status":
-        info = c.get_job_info(args.job_id)
-        print(f"{info.status.value}: {artifacts.strip(info.message)}")
+    job_id = job.submit(c, req, submission_id=args.submission_id, cfg=cfg)  # composed and checked once, above
+    print(f"[verl_ext.launch] submitted {job_id} to {args.address}", flush=True)
+    if args.no_wait:
         return 0
-    if args.cmd == "logs":
-        print(c.get_job_logs(args.job_id), end="")
-        return 0
-    if args.cmd == "stop":
-        print("stopped" if c.stop_job(args.job_id) else "not running")
-        return 0
+    try:
+        status = job.follow(c, job_id)
+    except KeyboardInterrupt:
+        print(f"\n[verl_ext.launch] detached; {job_id} keeps running (stop: ... stop {job_id})")
+        return 130
+    return _finish(c, job_id, status, args.local_dir)
+
+
+def _status(args) -> int:
+    info = job.client(args.address).get_job_info(args.job_id)
+    print(f"{info.status.value}: {artifacts.strip(info.message)}")
+    return 0
+
+
+def _logs(args) -> int:
+    print(job.client(args.address).get_job_logs(args.job_id), end="")
+    return 0
+
+
+def _stop(args) -> int:
+    print("stopped" if job.client(args.address).stop_job(args.job_id) else "not running")
+    return 0
+
+
+def _collect(args) -> int:
+    c = job.client(args.address)
     status = str(c.get_job_status(args.job_id).value)
     return _finish(c, args.job_id, status, args.local_dir)
+
+
+COMMANDS = {"submit": _submit, "status": _status, "logs": _logs, "stop": _stop, "collect": _collect}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return COMMANDS[args.cmd](args)
 
 
 def _finish(c, job_id: str, status: str, local_dir: str | None) -> int:

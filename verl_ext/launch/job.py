@@ -158,9 +158,12 @@ def client(address: str):
     return JobSubmissionClient(address)
 
 
-def submit(address_or_client, req: JobRequest, submission_id: str | None = None, metadata: dict | None = None) -> str:
-    """Validate, then submit; returns the submission id. Nothing is sent if validation fails."""
-    cfg = validate(req)
+def submit(
+    address_or_client, req: JobRequest, submission_id: str | None = None, metadata: dict | None = None, cfg=None
+) -> str:
+    """Submit; returns the submission id. `cfg`: what `validate(req)` returned, so a job is composed and checked
+    once (None: validated here). Nothing is sent if validation fails."""
+    cfg = validate(req) if cfg is None else cfg
     c = client(address_or_client) if isinstance(address_or_client, str) else address_or_client
     return c.submit_job(
         entrypoint=entrypoint(req),

@@ -1,0 +1,147 @@
+"""Run a campaign: every (condition, seed) of a spec, one process each, then all runs' curves in one plot.
+
+    .venv/bin/python scripts/campaign.py configs/campaign/advantage_ablation_cpu.yaml [--out-root outputs/campaign]
+        [--only maxrl+gtpo_sepa grpo+none] [--dry-run]
+    .venv/bin/python scripts/campaign.py report SPEC [...]   # seed-band curves and tables: verl_ext/campaign/report.py
+    .venv/bin/python scripts/campaign.py SPEC --submit http://HEAD:8265 --out-root /shared/campaigns \
+        [--local-root outputs/campaign] [--max-concurrent 2]   # on a Ray cluster: verl_ext/campaign/submit.py
+
+Before the first run, one run of every condition goes through its recipe's pre-flight check: a bad override fails
+the campaign at once (exit 2). `--preflight config` leaves out the data and model files (paths on a cluster's
+storage only), `--preflight none` skips the check. Runs go one after another (each already uses every GPU or core it
+is given); on a Ray cluster run this on the head node, where each run's driver joins the cluster (RAY_ADDRESS).
+Re-running the same command resumes: runs with a DONE file are skipped, an interrupted run continues from its last
+checkpoint (trainer.resume_mode=auto). A failed run is reported and the others still run; the exit code is 1 if any
+failed. Each run's output is in <run>/run.log.
+The spec format is in verl_ext/campaign/spec.py; the local runner is verl_ext/campaign/local.py, the cluster one
+verl_ext/campaign/submit.py.
+
+With --submit, each run is a Ray job on the cluster at that address (dashboard URL), at most --max-concurrent at a
+time; --out-root is then the runs' root on the cluster's shared storage (absolute) and each run's metrics.jsonl,
+plots and config are collected into <--local-root>/<name>/<run>/ (where `report --out-root <local-root>` reads
+them). Restarting the same command skips runs that succeeded, follows jobs still running, re-submits failed ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from verl_ext.campaign.local import plot_curves, run_local
+from verl_ext.campaign.spec import CampaignSpec
+from verl_ext.launch.job import DEFAULT_PYTHON, PREFLIGHT_MODES
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:
+        from verl_ext.campaign.report import main as report_main
+
+        return report_main(argv[1:])
+    args = _parser().parse_args(argv)
+    spec = CampaignSpec.from_yaml(args.spec)
+    plans = _selected(spec, args)
+    if spec.plot_keys:
+        from verl_ext.metrics_log.plot import require_matplotlib
+
+        require_matplotlib()  # before hours of runs, not after
+    if args.preflight != "none" and not _preflight(spec, plans, args.preflight):
+        return 2
+    if args.submit and not args.dry_run:
+        return _submit(spec, plans, args)
+    failed = run_local(spec, plans, dry_run=args.dry_run)
+    if args.dry_run:
+        return 0
+    plot_curves(spec, plans, Path(args.out_root))
+    if failed:
+        print(f"[campaign] {len(failed)} of {len(plans)} runs failed: {failed}")
+        return 1
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec")
+    p.add_argument("--out-root", default="outputs/campaign")
+    p.add_argument("--only", nargs="+", help="condition names to run (default: all)")
+    p.add_argument("--runs", nargs="+", metavar="LABEL", help="run labels to run, e.g. grpo+none_s0 (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--submit", metavar="ADDRESS", help="run each (condition, seed) as a Ray job on this cluster")
+    p.add_argument("--local-root", default="outputs/campaign", help="--submit: where outputs are collected")
+    p.add_argument("--max-concurrent", type=int, default=1, help="--submit: jobs running at once")
+    p.add_argument("--python", default=DEFAULT_PYTHON, help="--submit: the interpreter on the cluster's head node")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="--submit: job env variables")
+    p.add_argument(
+        "--preflight",
+        choices=PREFLIGHT_MODES,
+        default="full",
+        help="check one run per condition before the first run (verl_ext/campaign/check.py), and each job before "
+        "it is submitted: full, config (no data/model files), none",
+    )
+    return p
+
+
+def _selected(spec: CampaignSpec, args) -> list:
+    """The runs `--only` and `--runs` select (all by default)."""
+    plans = spec.runs(args.out_root)
+    if args.only:
+        unknown = set(args.only) - set(spec.conditions)
+        if unknown:
+            raise SystemExit(f"--only: unknown conditions {sorted(unknown)}; the spec has {list(spec.conditions)}")
+        plans = [r for r in plans if r.condition in args.only]
+    if args.runs:
+        unknown = set(args.runs) - {r.label for r in spec.runs(args.out_root)}
+        if unknown:
+            raise SystemExit(f"--runs: unknown runs {sorted(unknown)}; labels are <condition>_s<seed>")
+        plans = [r for r in plans if r.label in args.runs]
+    return plans
+
+
+def _preflight(spec: CampaignSpec, plans, files: str) -> bool:
+    """One run per condition through its recipe's pre-flight; False (and the reasons printed) if any fails."""
+    from verl_ext.campaign.check import check_campaign
+
+    errors = check_campaign(spec, plans, files=files)
+    for condition, message in errors.items():
+        print(f"[campaign] condition {condition!r} fails the pre-flight check:\n{message}", file=sys.stderr)
+    if errors:
+        print(f"[campaign] {len(errors)} condition(s) fail their check; nothing was run", file=sys.stderr)
+    return not errors
+
+
+def _submit(spec: CampaignSpec, plans, args) -> int:
+    from verl_ext.campaign.submit import submit_campaign
+    from verl_ext.launch import job
+
+    if not Path(args.out_root).is_absolute():
+        raise SystemExit(
+            "--submit: --out-root is the runs' root on the cluster's shared storage and must be "
+            f"absolute, got {args.out_root!r}"
+        )
+    env = dict(pair.split("=", 1) for pair in args.env)
+    try:
+        result = submit_campaign(
+            spec,
+            plans,
+            job.client(args.submit),
+            args.local_root,
+            max_concurrent=args.max_concurrent,
+            python=args.python,
+            env_vars=env,
+            preflight=args.preflight,
+        )
+    except (job.JobError, ValueError) as e:
+        raise SystemExit(f"--submit: {e}") from e
+    plot_curves(spec, plans, Path(args.local_root))
+    print(
+        f"[campaign] {len(result.succeeded)} succeeded, {len(result.skipped)} done earlier, "
+        f"{len(result.failed)} failed of {len(plans)} runs"
+    )
+    for label, message in result.failed.items():
+        print(f"[campaign] FAILED {label}: {message[-300:]}")
+    return 1 if result.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
