@@ -18,14 +18,21 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_one_gateway_per_loop_started_once_and_closed_by_its_owner(tool_tokenizer):
-    owner, started = LoopGateways(), []
+def _starter(tokenizer):
+    """`(start, started)`: a real gateway factory as the agent loop hands to its owner, and what it started."""
+    started = []
 
     async def start():
-        gw = make_gateway(tool_tokenizer, ScriptedBackend(tool_tokenizer, []))
+        gw = make_gateway(tokenizer, ScriptedBackend(tokenizer, []))
         await gw.start()
         started.append(gw)
         return gw
+
+    return start, started
+
+
+def test_one_gateway_per_loop_started_once_and_closed_by_its_owner(tool_tokenizer):
+    owner, (start, started) = LoopGateways(), _starter(tool_tokenizer)
 
     async def many():  # the trajectories of one step ask for the gateway at once
         return await asyncio.gather(*(owner.get(start) for _ in range(8)))
@@ -50,13 +57,7 @@ def test_one_gateway_per_loop_started_once_and_closed_by_its_owner(tool_tokenize
 
 
 def test_a_closed_loops_gateway_is_never_handed_to_another_loop(tool_tokenizer):
-    owner, started = LoopGateways(), []
-
-    async def start():
-        gw = make_gateway(tool_tokenizer, ScriptedBackend(tool_tokenizer, []))
-        await gw.start()
-        started.append(gw)
-        return gw
+    owner, (start, started) = LoopGateways(), _starter(tool_tokenizer)
 
     async def use_and_stop():
         gw = await owner.get(start)
