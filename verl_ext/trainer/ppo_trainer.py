@@ -69,6 +69,12 @@ from verl_ext.trainer.profiling import ProfileSchedule
 EXTRA_STATE_FILE = "verl_ext_state.pt"
 
 
+def train_time_s(time_base: float, fit_start: float) -> float:
+    """The run's training wall time: the checkpoint's total (`time_base`) plus this process's time in the loop since
+    `fit_start` (time.monotonic()), generation included."""
+    return time_base + time.monotonic() - fit_start
+
+
 def images_seqlens(batch: DataProto) -> list[int]:
     """Image token counts of a multimodal batch, as verl's fit collects them for the actor's sequence packing (empty
     for text-only rows and for a batch without `multi_modal_inputs`)."""
@@ -143,13 +149,22 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         actor config at every step, after `init_workers` shipped that config to the workers, so there the workers keep
         `vanilla`: `loss_type=reinforce`, rejection sampling and the loss-side `rollout_corr/*` metrics are then
         silently lost. Set here (the workers do not exist yet), they take effect; the per-step call stays harmless."""
-        rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        if not (rollout_corr and rollout_corr.get("bypass_mode", False)):
+        rollout_corr = self._rollout_corr()
+        if not self._bypass_mode():
             return
         with open_dict(self.config):
             policy_loss = self.config.actor_rollout_ref.actor.policy_loss
             policy_loss.loss_mode = "bypass_mode"
             policy_loss.rollout_correction = rollout_corr
+
+    def _rollout_corr(self):
+        """`algorithm.rollout_correction` (None when unset)."""
+        return self.config.algorithm.get("rollout_correction", None)
+
+    def _bypass_mode(self) -> bool:
+        """Rollout correction in bypass mode (2 policies: the rollout's log-probs are the old ones)."""
+        rollout_corr = self._rollout_corr()
+        return bool(rollout_corr and rollout_corr.get("bypass_mode", False))
 
     # ------------------------------------------------------------------ state that verl's checkpoints do not hold
     def extra_state_dict(self) -> dict:
@@ -234,12 +249,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------ one training step on a generated batch
     def _old_log_probs(self, batch: DataProto, metrics: dict) -> DataProto:
-        rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        if rollout_corr and rollout_corr.get("bypass_mode", False):
+        if self._bypass_mode():
             # Bypass mode (2 policies): the rollout's log-probs are the old ones; no actor forward pass.
             apply_bypass_mode(
                 batch=batch,
-                rollout_corr_config=rollout_corr,
+                rollout_corr_config=self._rollout_corr(),
                 policy_loss_config=self.config.actor_rollout_ref.actor.policy_loss,
             )
             return batch
@@ -353,8 +367,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         response_mask) from old vs rollout log-probs, and the `rollout_corr/*` metrics. Skipped in bypass mode (the
         actor loss handles it) and when the rollout returned no log-probs (the config check rejects that case when
         a correction is configured)."""
-        rollout_corr = self.config.algorithm.get("rollout_correction", None)
-        if rollout_corr is None or rollout_corr.get("bypass_mode", False):
+        rollout_corr = self._rollout_corr()
+        if rollout_corr is None or self._bypass_mode():
             return batch
         if "rollout_log_probs" not in batch.batch.keys():
             return batch
@@ -505,7 +519,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                     )
                 self._profiling_step = False
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
-                step_start, self.train_time_s = self.train_time_s, time_base + time.monotonic() - fit_start
+                step_start, self.train_time_s = self.train_time_s, train_time_s(time_base, fit_start)
                 metrics.update(self._timing_metrics(batch, timing_raw))
                 tracker.log(data=metrics, step=self.global_steps)
                 self._note_val(metrics)
@@ -549,7 +563,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             if esi:
                 print("[verl_ext] force saving a checkpoint: the instance's capacity block expires soon")
             with marked_timer("save_checkpoint", timing_raw, color="green"):
-                self.train_time_s = time_base + time.monotonic() - fit_start
+                self.train_time_s = train_time_s(time_base, fit_start)
                 if step_so_far is not None:
                     batch, metrics, validates = step_so_far
                     times = {"time/wall": time.time(), "time/train_total_s": self.train_time_s}
