@@ -46,9 +46,12 @@ class TinySpec:
     val_size: int = 100
 
     def key(self) -> str:
+        from verl_ext.toy.tokenizer import CHAT_TEMPLATE
+
         params = asdict(self)
-        if params["difficulty"] == "flat":
-            del params["difficulty"]  # the key of the assets built before profiles existed
+        # The chat template is saved into the model directory at build time: a cache built with another template
+        # would serve stale tool rendering, so the template is part of the key.
+        params["chat_template"] = hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest()[:12]
         return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
 
 
