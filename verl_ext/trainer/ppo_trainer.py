@@ -480,6 +480,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
         # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
         time_base, fit_start = self.train_time_s, time.monotonic()
+        row_time = time_base  # train time at the previous row (a checkpoint save also moves self.train_time_s)
         self.global_steps += 1
         first_step = self.global_steps
         try:
@@ -519,12 +520,12 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                     )
                 self._profiling_step = False
                 self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
-                step_start, self.train_time_s = self.train_time_s, train_time_s(time_base, fit_start)
+                self.train_time_s = train_time_s(time_base, fit_start)
+                seconds, row_time = self.train_time_s - row_time, self.train_time_s
                 metrics.update(self._timing_metrics(batch, timing_raw))
                 tracker.log(data=metrics, step=self.global_steps)
                 self._note_val(metrics)
                 if self.compact:
-                    seconds = self.train_time_s - step_start
                     progress.write(compact_line(self.global_steps, self.total_training_steps, metrics, seconds))
                 if self.metrics_log is not None:
                     self.metrics_log.log(self.global_steps, metrics)
