@@ -9,6 +9,7 @@ import json
 import random
 
 import httpx
+import openai
 import pytest
 from openai import OpenAI
 
@@ -148,7 +149,7 @@ def test_faults_are_counted_exactly(scripted_gateway, tool_tokenizer):
         [
             call("calc", '{"expr": "1+', raw=True),  # malformed JSON
             call("rm", {"path": "/"}),  # unknown tool
-            "I refuse to call tools.",  # required, no call
+            "I refuse to call tools.",  # required: after the forced opening, not a call
             call("calc", {"expr": "7*6"}) + " STOP",  # stop string inside the call's arguments
             "<think>so 42</think>Answer: 42.",  # reasoning, then the client strips it
             "Final.",
@@ -169,7 +170,7 @@ def test_faults_are_counted_exactly(scripted_gateway, tool_tokenizer):
     r = turn()
     assert r.finish_reason == "stop" and r.message.tool_calls is None and r.message.content.startswith("<tool_call>")
     assert turn().message.tool_calls is None
-    assert turn(tool_choice="required").message.content == "I refuse to call tools."
+    assert turn(tool_choice="required").message.content == "<tool_call>\nI refuse to call tools."
     r = turn(stop=["*"])
     assert r.finish_reason == "stop" and r.message.tool_calls is None and r.message.content.endswith('"7')
     assert backend.calls[3][1]["stop"] == ["*"]  # the rollout engine got the stop string
@@ -179,13 +180,53 @@ def test_faults_are_counted_exactly(scripted_gateway, tool_tokenizer):
     assert s.drift.as_dict() == {
         "extended": 5,
         "split": {},
-        "tool_faults": {"malformed": 2, "unknown_tool": 1, "choice_unmet": 1},
+        "tool_faults": {"malformed": 3, "unknown_tool": 1},
     }
     check_token_true(s, tool_tokenizer)
     # A real rewrite: the first user message edited.
     msgs[0] = {"role": "user", "content": "What is 6*7?"}
     c.chat.completions.create(model="m", messages=msgs, tools=[CALC])
     assert s.drift.as_dict()["split"] == {"rewrite": 1} and len(assemble_segments(s.rounds)) == 2
+
+
+def test_required_and_named_tool_choice_force_the_call_opening(scripted_gateway, tool_tokenizer):
+    """`required` (first round) and a named function (second round): the gateway appends the call's opening to the
+    prompt, the policy samples the rest, the client gets the call; the opening is context (mask 0), never trained."""
+    gw, backend = scripted_gateway(
+        ['{"name": "calc", "arguments": {"expr": "(1+2)*4"}}\n</tool_call>', '{"expr": "12/2"}}\n</tool_call>', "6."]
+    )
+    s = gw.open_session(SAMPLING)
+    c = client(gw, s.episode_id)
+    enc = lambda t: tool_tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+    r = c.chat.completions.create(model="m", messages=ASK, tools=[CALC], tool_choice="required").choices[0]
+    assert r.finish_reason == "tool_calls" and r.message.content is None
+    (tc,) = r.message.tool_calls
+    assert (tc.function.name, json.loads(tc.function.arguments)) == ("calc", {"expr": "(1+2)*4"})
+    assert backend.calls[0][0][-len(enc("<tool_call>\n")) :] == enc("<tool_call>\n")
+    msgs = ASK + [r.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": tc.id, "content": "12"}]
+    named = {"type": "function", "function": {"name": "calc"}}
+    r = c.chat.completions.create(model="m", messages=msgs, tools=[CALC], tool_choice=named).choices[0]
+    assert [json.loads(t.function.arguments) for t in r.message.tool_calls] == [{"expr": "12/2"}]
+    opening = enc('<tool_call>\n{"name": "calc", "arguments": ')
+    assert backend.calls[1][0][-len(opening) :] == opening
+    msgs += [r.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": "x", "content": "6"}]
+    assert c.chat.completions.create(model="m", messages=msgs, tools=[CALC]).choices[0].message.content == "6."
+    assert s.drift.as_dict() == {"extended": 2, "split": {}, "tool_faults": {}}
+    seg = check_token_true(s, tool_tokenizer)
+    # the first round's opening ends the segment's prompt; the second's is context inside the response, mask 0
+    assert seg.prompt_ids[-len(enc("<tool_call>\n")) :] == enc("<tool_call>\n")
+    at = len(s.rounds[1].prompt_ids) - len(seg.prompt_ids)
+    assert seg.response_ids[at - len(opening) : at] == opening and seg.response_mask[at - len(opening) : at] == [
+        0
+    ] * len(opening)
+
+
+def test_required_with_a_parser_without_a_known_opening_gets_400(scripted_gateway):
+    gw, backend = scripted_gateway(["unused"], tool_parser="qwen3_coder")
+    s = gw.open_session(SAMPLING)
+    with pytest.raises(openai.BadRequestError, match="tool_choice 'required'.*qwen3_coder"):
+        client(gw, s.episode_id).chat.completions.create(model="m", messages=ASK, tools=[CALC], tool_choice="required")
+    assert backend.calls == [] and s.rounds == []
 
 
 def test_logprobs_are_the_recorded_policy_logprobs(scripted_gateway):

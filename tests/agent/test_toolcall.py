@@ -131,6 +131,36 @@ def test_tool_choice_none_required_and_named(codec, tool_tokenizer):
     assert parse(codec, tool_tokenizer, text, tools=None).tool_calls == []  # no tools: never parsed
 
 
+def test_forced_openings_are_what_the_template_renders_before_a_call(codec, tool_tokenizer):
+    """`required` / a named function make the reply start with the parser's call opening: that text must be what the
+    template renders for such a call after the generation prompt, so the next round's context is the same text."""
+    tok = tool_tokenizer
+    ask = [{"role": "user", "content": "1+2?"}]
+    tc = {"id": "a", "type": "function", "function": {"name": "calc", "arguments": {"expr": "1+2"}}}
+    prompt = tok.apply_chat_template(ask, tools=[CALC], tokenize=False, add_generation_prompt=True)
+    full = tok.apply_chat_template(
+        ask + [{"role": "assistant", "content": "", "tool_calls": [tc]}], tools=[CALC], tokenize=False
+    )
+    reply = full[len(prompt) :]
+    named = codec.forced_opening({"type": "function", "function": {"name": "calc"}})
+    assert codec.forced_opening("auto") == codec.forced_opening("none") == ""
+    assert reply.startswith(codec.forced_opening("required")) and codec.forced_opening("required") == "<tool_call>\n"
+    assert reply.startswith(named) and reply[len(named) :].startswith('{"expr": "1+2"}')
+    # The parse of opening + sampled text is the call; stop strings apply to the sampled text only.
+    ids = tok.encode('{"expr": "1+2"}}\n</tool_call>', add_special_tokens=False) + [tok.eos_token_id]
+    r = asyncio.run(codec.parse(ids, TOOLS, {"type": "function", "function": {"name": "calc"}}, ("</tool",), named))
+    assert r.stopped_by == "</tool" and r.faults == {"malformed": 1}  # the stop cut the closing tag: unclosed
+    r = asyncio.run(codec.parse(ids, TOOLS, {"type": "function", "function": {"name": "calc"}}, (), named))
+    assert [(c.name, json.loads(c.arguments)) for c in r.tool_calls] == [("calc", {"expr": "1+2"})]
+
+
+def test_parsers_without_a_known_opening_refuse_required_by_name(tool_tokenizer):
+    qwen3 = ToolCallCodec(tool_tokenizer, "qwen3_coder", "none")
+    assert qwen3.forced_opening("auto") == ""
+    with pytest.raises(ToolSpecError, match="tool_choice 'required'.*hermes.*'qwen3_coder'"):
+        qwen3.forced_opening("required")
+
+
 def test_stop_string_cuts_text_and_a_cut_call_is_malformed(codec, tool_tokenizer):
     r = parse(codec, tool_tokenizer, "The answer is 42. END and more", stop=("END",))
     assert r.content == "The answer is 42. " and r.stopped_by == "END"

@@ -42,6 +42,7 @@ from verl_ext.agent.toolcall import (
     ParsedReply,
     ToolCall,
     ToolCallCodec,
+    ToolSpecError,
     assistant_key,
     cut_at_stop,
     for_template,
@@ -382,6 +383,12 @@ class EpisodeCore:
             raise RequestError(400, "the last message must not be the assistant's (prefill is not supported)")
         if turn.tools:
             self.check_template_renders_tools()
+        try:
+            opening = self.codec.forced_opening(turn.tool_choice) if turn.tools else ""
+        except ToolSpecError as e:
+            raise RequestError(400, str(e)) from None
+        # context the policy continues from, not a sample of it: part of the prompt (mask 0)
+        forced = self.tokenizer.encode(opening, add_special_tokens=False) if opening else []
         tools_key = json.dumps(turn.tools, sort_keys=True) if turn.tools else None
         async with s.lock:
             t0 = time.perf_counter()
@@ -405,12 +412,13 @@ class EpisodeCore:
                     prompt_ids = self.builder.build_initial_tokens(history, tools=turn.tools)
                 except Exception as e:  # a template that cannot render these messages: the client's to fix
                     raise RequestError(400, f"the chat template cannot render the messages: {e}") from None
-                start = len(prompt_ids)
+                start = len(prompt_ids) + len(forced)  # a forced call opening ends the segment's prompt
             self.stats.render_s += time.perf_counter() - t0
             self._count_join(s, prompt_ids, reason)
+            prompt_ids = list(prompt_ids) + forced
             ids, lps = await self._sample(s, prompt_ids, start, turn.max_tokens, turn.stop, turn.logprobs)
             t1 = time.perf_counter()
-            parsed = await self.codec.parse(ids, turn.tools, turn.tool_choice, turn.stop)
+            parsed = await self.codec.parse(ids, turn.tools, turn.tool_choice, turn.stop, opening)
             s.drift.tool_faults.update(parsed.faults)
             self.stats.parse_s += time.perf_counter() - t1
             result = TurnResult(

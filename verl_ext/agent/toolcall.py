@@ -16,6 +16,12 @@ Decoding a reply (`ToolCallCodec.parse`), in this order:
    call is counted too. Constrained decoding is never used: it would sample from another distribution than the
    policy's, and the recorded log-probs would be wrong.
 
+`required` and a named tool_choice are met by a forced opening instead (`ToolCallCodec.forced_opening`): the episode
+core appends the parser's call opening (hermes: `<tool_call>\n`, or up to the arguments for a named function) to the
+prompt, as context the policy did not sample (mask 0), and the policy samples the rest, so every sampled token keeps
+its own log-prob and the reply starts as a call. Parsers whose call opening is not known here get a 400 naming the
+choice and the parser.
+
 Comparing turns (`assistant_key`): a client that sends our reply back may drop or rename tool-call ids, re-format
 the JSON arguments, send `content` null instead of "", or strip/keep the reasoning. The key is (content without
 reasoning, stripped; [(tool name, arguments as sorted compact JSON)]), so all of these compare equal while a real
@@ -32,6 +38,10 @@ from typing import Any
 
 REASONING_PARSERS = ("none", "think")
 TOOL_CHOICES = ("auto", "none", "required")
+# Per tool parser: the text a reply starts with when a call is required, and when a named function is. Both are what
+# the parser reads and what a Qwen2.5-style template renders before a call's arguments (tests/agent/test_toolcall.py
+# renders one to check).
+FORCED_CALL_OPENINGS = {"hermes": ("<tool_call>\n", '<tool_call>\n{{"name": {name}, "arguments": ')}
 
 
 class ToolSpecError(ValueError):
@@ -188,8 +198,24 @@ class ToolCallCodec:
 
         if reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"reasoning_parser must be one of {REASONING_PARSERS}, got {reasoning_parser!r}")
-        self.tokenizer, self.reasoning_parser = tokenizer, reasoning_parser
+        self.tokenizer, self.reasoning_parser, self.parser_name = tokenizer, reasoning_parser, tool_parser
         self.parser = ToolParser.get_tool_parser(tool_parser, tokenizer)
+
+    def forced_opening(self, tool_choice: str | dict) -> str:
+        """The text the reply is made to start with: "" for `auto` / `none`, the parser's call opening for `required`,
+        the opening up to the arguments for a named function. Raises ToolSpecError for parsers without one."""
+        if tool_choice in ("auto", "none"):
+            return ""
+        if self.parser_name not in FORCED_CALL_OPENINGS:
+            raise ToolSpecError(
+                f"tool_choice {tool_choice!r} is met by forcing the call's opening, known for tool_parser "
+                f"{sorted(FORCED_CALL_OPENINGS)} only; this gateway parses with {self.parser_name!r} "
+                "(send tool_choice 'auto')"
+            )
+        required, named = FORCED_CALL_OPENINGS[self.parser_name]
+        if tool_choice == "required":
+            return required
+        return named.format(name=json.dumps(tool_choice["function"]["name"], ensure_ascii=False))
 
     def _call_blocks(self, text: str) -> int | None:
         """How many calls the text attempts (so calls the parser dropped can be counted), None if unknown."""
@@ -201,10 +227,18 @@ class ToolCallCodec:
         return text.count(start) if start else None
 
     async def parse(
-        self, response_ids: list[int], tools: list[dict] | None, tool_choice: str | dict, stop: tuple[str, ...] = ()
+        self,
+        response_ids: list[int],
+        tools: list[dict] | None,
+        tool_choice: str | dict,
+        stop: tuple[str, ...] = (),
+        opening: str = "",
     ) -> ParsedReply:
+        """`opening`: the forced text the sampled ids continue (`forced_opening`); stop strings apply to the sampled
+        text only."""
         text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
         text, stopped_by = cut_at_stop(text, stop)
+        text = opening + text
         reasoning, rest = split_reasoning(text, self.reasoning_parser)
         out = ParsedReply(content=rest, reasoning=reasoning, tool_calls=[], stopped_by=stopped_by)
         if not tools or tool_choice == "none":
