@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from verl_ext.agent.core import RequestError
+from verl_ext.agent.toolcall import ToolSpecError, check_tool_choice, check_tools
 
 
 def bad(message: str) -> RequestError:
@@ -39,3 +40,27 @@ def text_parts(content: Any, where: str, kinds: tuple[str, ...]) -> str:
             raise bad(f"{where}[{j}]: content part type {kind!r} is not supported (only {', '.join(kinds)})")
         out.append(p["text"])
     return "".join(out)
+
+
+def function_tool(name: str, parameters: dict, description: Any = None) -> dict:
+    """A chat function tool (the form the chat template renders)."""
+    fn = {"name": name, "parameters": parameters}
+    if description:
+        fn["description"] = description
+    return {"type": "function", "function": fn}
+
+
+def checked_tools(tools: list[dict]) -> list[dict] | None:
+    """`toolcall.check_tools` with its error as a 400."""
+    try:
+        return check_tools(tools)
+    except ToolSpecError as e:
+        raise bad(str(e)) from None
+
+
+def checked_tool_choice(choice: Any, tools: list[dict] | None, prefix: str = "") -> str | dict:
+    """`toolcall.check_tool_choice` on a choice already in the chat form, with its error as a 400."""
+    try:
+        return check_tool_choice(choice, tools)
+    except ToolSpecError as e:
+        raise bad(f"{prefix}{e}") from None

@@ -33,8 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_ext.agent.core import ChatTurn, TurnResult, normalize_message
-from verl_ext.agent.protocols import bad, text_parts
-from verl_ext.agent.toolcall import ToolSpecError, check_tool_choice, check_tools
+from verl_ext.agent.protocols import bad, checked_tool_choice, checked_tools, function_tool, text_parts
 from verl_ext.agent.wire.base import check_fields as _check_fields
 from verl_ext.agent.wire.base import positive_int, stop_strings
 
@@ -98,20 +97,14 @@ def to_chat_tools(tools: Any) -> list[dict] | None:
             raise bad(f"tools.{i}.name: must be a non-empty string")
         if not isinstance(schema, dict):
             raise bad(f"tools.{i}.input_schema: field required (a JSON schema object)")
-        fn = {"name": name, "parameters": schema}
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
-    try:
-        return check_tools(out)
-    except ToolSpecError as e:
-        raise bad(str(e)) from None
+        out.append(function_tool(name, schema, t.get("description")))
+    return checked_tools(out)
 
 
 def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict:
     """{"type": auto | none | any | tool} -> auto | none | required | a named function."""
     if choice is None:
-        return check_tool_choice(None, tools)
+        return checked_tool_choice(None, tools)
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind not in ("auto", "none", "any", "tool"):
         raise bad(f"tool_choice.type: {kind!r} is not one of auto, none, any, tool")
@@ -121,10 +114,7 @@ def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict:
         chat = {"type": "function", "function": {"name": choice.get("name")}}
     else:
         chat = "required" if kind == "any" else kind
-    try:
-        return check_tool_choice(chat, tools)
-    except ToolSpecError as e:
-        raise bad(f"tool_choice: {e}") from None
+    return checked_tool_choice(chat, tools, prefix="tool_choice: ")
 
 
 def _blocks(content: Any, where: str, kinds: tuple[str, ...]) -> list[dict]:

@@ -30,8 +30,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_ext.agent.core import ChatTurn, TurnResult, normalize_message
-from verl_ext.agent.protocols import bad, text_parts
-from verl_ext.agent.toolcall import ToolSpecError, check_tool_choice, check_tools
+from verl_ext.agent.protocols import bad, checked_tool_choice, checked_tools, function_tool, text_parts
 from verl_ext.agent.wire.base import check_fields as _check_fields
 from verl_ext.agent.wire.base import positive_int
 
@@ -87,14 +86,10 @@ def to_chat_tools(tools: Any) -> list[dict] | None:
             )
         if not isinstance(t.get("name"), str) or not t["name"]:
             raise bad(f"tools[{i}].name must be a non-empty string")
-        fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
-    try:
-        return check_tools(out)
-    except ToolSpecError as e:
-        raise bad(str(e)) from None
+        out.append(
+            function_tool(t["name"], t.get("parameters") or {"type": "object", "properties": {}}, t.get("description"))
+        )
+    return checked_tools(out)
 
 
 def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict:
@@ -103,10 +98,7 @@ def to_chat_tool_choice(choice: Any, tools: list[dict] | None) -> str | dict:
         choice = {"type": "function", "function": {"name": choice.get("name")}}
     elif isinstance(choice, dict):
         raise bad(f"tool_choice {choice.get('type')!r} is not supported (auto, none, required or a function)")
-    try:
-        return check_tool_choice(choice, tools)
-    except ToolSpecError as e:
-        raise bad(str(e)) from None
+    return checked_tool_choice(choice, tools)
 
 
 def _call_ids(messages: list[dict]) -> set[str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from typing import Any, ClassVar
 
 from aiohttp import web
@@ -55,6 +56,13 @@ class WireAdapter:
 
     def session(self, request: web.Request) -> Session:
         return self.core.session(request.match_info.get("sid") or request.headers.get("X-Episode-Id"))
+
+    async def begin(self, request: web.Request) -> tuple[float, Session, dict]:
+        """A generation request's start: the handler clock (for `stats.handler_s`), the count, its session, its
+        JSON body."""
+        t0 = time.perf_counter()
+        self.core.stats.requests += 1
+        return t0, self.session(request), await read_json(request)
 
     @contextlib.asynccontextmanager
     async def admitted(self):
@@ -137,6 +145,15 @@ _WHY = {
     "best_of": "one sampled continuation per round",
     "suffix": "insertion is not supported",
 }
+
+
+def reply_headers(ignored: list[str], fault: str | None = None) -> dict[str, str]:
+    """The headers every adapter's reply carries: the ignored fields present, and why tool-call markup came back as
+    plain content."""
+    headers = {"X-Verl-Ext-Ignored": ",".join(ignored)} if ignored else {}
+    if fault:
+        headers["X-Verl-Ext-Tool-Call-Fault"] = fault
+    return headers
 
 
 def logprobs_block(tokenizer, ids: list[int], lps: list[float] | None) -> dict | None:

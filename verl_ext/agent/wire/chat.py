@@ -26,8 +26,8 @@ from verl_ext.agent.wire.base import (
     check_fields,
     logprobs_block,
     positive_int,
-    read_json,
     register_adapter,
+    reply_headers,
     stop_strings,
     write_sse,
 )
@@ -118,17 +118,12 @@ class ChatCompletions(WireAdapter):
     routes = (("POST", "/v1/chat/completions", "create"),)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
-        self.core.stats.requests += 1
-        s = self.session(request)
-        body = await read_json(request)
+        t0, s, body = await self.begin(request)
         turn, ignored = parse_chat_request(body)
         async with self.admitted():
             r = await self.core.chat(s, turn)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        headers = {"X-Verl-Ext-Ignored": ",".join(ignored)} if ignored else {}
-        if r.fault:
-            headers["X-Verl-Ext-Tool-Call-Fault"] = r.fault
+        headers = reply_headers(ignored, r.fault)
         base = {"id": rid, "created": created, "model": self.model_name}
         self.core.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):

@@ -15,8 +15,8 @@ from verl_ext.agent.wire.base import (
     WireAdapter,
     check_fields,
     positive_int,
-    read_json,
     register_adapter,
+    reply_headers,
     stop_strings,
     write_sse,
 )
@@ -32,10 +32,7 @@ class Completions(WireAdapter):
     routes = (("POST", "/v1/completions", "create"),)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
-        self.core.stats.requests += 1
-        s = self.session(request)
-        body = await read_json(request)
+        t0, s, body = await self.begin(request)
         ignored = check_fields(body, HONOURED, IGNORED, AT_DEFAULT_TEXT)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -54,7 +51,7 @@ class Completions(WireAdapter):
             logprobs = {"tokens": toks, "token_logprobs": r.logprobs, "top_logprobs": None, "text_offset": None}
         choice = {"index": 0, "text": r.content, "finish_reason": r.finish_reason, "logprobs": logprobs}
         base = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name}
-        headers = {"X-Verl-Ext-Ignored": ",".join(ignored)} if ignored else {}
+        headers = reply_headers(ignored)
         self.core.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):
             events = [{**base, "object": "text_completion", "choices": [choice], "usage": r.usage()}]

@@ -17,7 +17,7 @@ from aiohttp import web
 from verl_ext.agent.core import RequestError
 from verl_ext.agent.protocols import messages as proto
 from verl_ext.agent.toolcall import cut_at_stop, for_template
-from verl_ext.agent.wire.base import WireAdapter, read_json, register_adapter, write_sse
+from verl_ext.agent.wire.base import WireAdapter, read_json, register_adapter, reply_headers, write_sse
 
 
 @register_adapter
@@ -26,10 +26,7 @@ class Messages(WireAdapter):
     routes = (("POST", "/v1/messages", "create"), ("POST", "/v1/messages/count_tokens", "count_tokens"))
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
-        self.core.stats.requests += 1
-        s = self.session(request)
-        body = await read_json(request)
+        t0, s, body = await self.begin(request)
         ignored = proto.check_fields(body)
         turn = proto.to_chat_turn(body)
         async with self.admitted():
@@ -38,9 +35,7 @@ class Messages(WireAdapter):
         if turn.stop and r.finish_reason == "stop":  # which stop string ended the text (Anthropic reports it)
             stopped_by = cut_at_stop(self.core.tokenizer.decode(r.response_ids, skip_special_tokens=True), turn.stop)[1]
         message = proto.build_message(r, stop_sequence=stopped_by, model=self.model_name)
-        headers = {"X-Verl-Ext-Ignored": ",".join(ignored)} if ignored else {}
-        if r.fault:
-            headers["X-Verl-Ext-Tool-Call-Fault"] = r.fault
+        headers = reply_headers(ignored, r.fault)
         self.core.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):
             return await write_sse(request, list(proto.stream_events(message)), headers, named=True, done=False)

@@ -13,7 +13,7 @@ import time
 from aiohttp import web
 
 from verl_ext.agent.protocols import responses as proto
-from verl_ext.agent.wire.base import WireAdapter, logprobs_block, read_json, register_adapter, write_sse
+from verl_ext.agent.wire.base import WireAdapter, logprobs_block, register_adapter, reply_headers, write_sse
 
 
 @register_adapter
@@ -26,10 +26,7 @@ class Responses(WireAdapter):
         self._held: dict[str, tuple[str, list[dict]]] = {}  # episode id -> (last response id, its conversation)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0 = time.perf_counter()
-        self.core.stats.requests += 1
-        s = self.session(request)
-        body = await read_json(request)
+        t0, s, body = await self.begin(request)
         ignored = proto.check_fields(body)
         turn, conversation = proto.to_chat_turn(body, self._held.get(s.episode_id))
         async with self.admitted():
@@ -41,9 +38,7 @@ class Responses(WireAdapter):
         for eid in [e for e in self._held if e not in self.core.sessions]:  # episodes collected since
             del self._held[eid]
         self._held[s.episode_id] = (response["id"], conversation + proto.output_to_messages(response))
-        headers = {"X-Verl-Ext-Ignored": ",".join(ignored)} if ignored else {}
-        if r.fault:
-            headers["X-Verl-Ext-Tool-Call-Fault"] = r.fault
+        headers = reply_headers(ignored, r.fault)
         self.core.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):
             return await write_sse(request, list(proto.stream_events(response)), headers, named=True, done=False)
