@@ -48,7 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -137,6 +137,27 @@ def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
     return merged
 
 
+@dataclass
+class ComposerStep:
+    """What one step's parts hand on to its metrics row: created by `train_on_batch`, filled by its phases."""
+
+    timing_raw: dict
+    channel: dict = field(default_factory=dict)  # the channels' metrics: loss/sdpo, sdpo/*, replay/*, teacher/*
+    replay_block: DataProto | None = None  # the replay rows of this step's actor update (None: no pairs)
+    grpo_loss: float | None = None  # the PPO loss without the replay mini-batch (see _update_actor)
+
+
+@dataclass
+class SdpoInputs:
+    """Channel 2 of one step, in either form: its metrics (sdpo/*, and loss/sdpo for sampled_token) and its term's
+    inputs, the batch columns the actor loss reads (full_logit: sdpo_topk_log_probs, sdpo_topk_ids, sdpo_weight) or
+    the estimator's inputs (sampled_token: sdpo_teacher_log_probs, sdpo_error_mask). Empty: no term this step."""
+
+    metrics: dict
+    loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
+    estimator_inputs: dict[str, torch.Tensor] | None = None
+
+
 class RayComposerTrainer(ExtRayPPOTrainer):
     fidelity = FIDELITY
 
@@ -155,10 +176,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             )
         self._pending: list = []  # (Future, per-request contexts) of teacher queries not yet turned into pairs
         self._pair_queue: deque[DPOPair] = deque()
-        self._replay_block: DataProto | None = None
-        self._grpo_loss: float | None = None  # the PPO loss without the replay mini-batch (see _update_actor)
-        self._channel: dict = {}
-        self._timing: dict = {}
+        # The step being trained, while train_on_batch runs: the base step calls `_advantages` and `_update_actor`
+        # with verl's arguments, so the two reach it here.
+        self._step: ComposerStep | None = None
 
     @property
     def full_logit_sdpo(self) -> bool:
@@ -199,66 +219,63 @@ class RayComposerTrainer(ExtRayPPOTrainer):
 
     # ------------------------------------------------------------------ the step
     def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        self._timing, self._channel, self._replay_block, self._grpo_loss = timing_raw, {}, None, None
-        batch = super().train_on_batch(batch, metrics, timing_raw)
+        step = self._step = ComposerStep(timing_raw)
+        try:
+            batch = super().train_on_batch(batch, metrics, timing_raw)
+        finally:
+            self._step = None
+        metrics.update(self._loss_metrics(step, metrics))
+        return batch
+
+    def _loss_metrics(self, step: ComposerStep, metrics: dict) -> dict:
+        """The channels' metrics and loss/grpo, loss/total; the actor loss's sums (popped from `metrics`) become
+        loss/sdpo (full_logit) and replay/dpo_loss_update."""
         jsd_sum = metrics.pop("actor/composer/sdpo_jsd_sum", None)
         jsd_tokens = metrics.pop("actor/composer/sdpo_tokens", None)
         if self.full_logit_sdpo:
-            self._channel["loss/sdpo"] = float(jsd_sum) / float(jsd_tokens) if jsd_tokens else 0.0
+            step.channel["loss/sdpo"] = float(jsd_sum) / float(jsd_tokens) if jsd_tokens else 0.0
         dpo_sum, dpo_pairs = (
             metrics.pop("actor/composer/dpo_loss_sum", None),
             metrics.pop("actor/composer/dpo_pairs", None),
         )
         if dpo_pairs:
-            self._channel["replay/dpo_loss_update"] = float(dpo_sum) / float(dpo_pairs)
-        metrics.update(self._channel)
-        grpo = self._grpo_loss if self._grpo_loss is not None else float(metrics.get("actor/pg_loss", 0.0))
-        metrics["loss/grpo"] = grpo
-        metrics["loss/total"] = (
+            step.channel["replay/dpo_loss_update"] = float(dpo_sum) / float(dpo_pairs)
+        grpo = step.grpo_loss if step.grpo_loss is not None else float(metrics.get("actor/pg_loss", 0.0))
+        total = (
             grpo
-            + self.settings.alpha_sdpo * self._channel["loss/sdpo"]
-            + self.settings.beta_replay * self._channel["loss/replay_dpo"]
+            + self.settings.alpha_sdpo * step.channel["loss/sdpo"]
+            + self.settings.beta_replay * step.channel["loss/replay_dpo"]
         )
-        self._replay_block = None
-        return batch
+        return {**step.channel, "loss/grpo": grpo, "loss/total": total}
 
     def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
-        sdpo = None
-        self._channel.update(
-            {"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0}
-        )
+        """Channel 1 with channel 2's term (the SDPO teacher pass first), then channel 3's teacher step: the replay
+        rows need this step's reference log-probs and rollout correction, and the actor before its update."""
+        step = self._step
+        step.channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0})
+        sdpo = SdpoInputs(metrics={})
         if self.settings.sdpo_on:
-            with marked_timer("sdpo_teacher", self._timing, color="purple"):
+            with marked_timer("sdpo_teacher", step.timing_raw, color="purple"):
                 sdpo = self._sdpo_inputs(batch)
+        step.channel.update(sdpo.metrics)
+        for key, column in sdpo.loss_columns.items():
+            batch.batch[key] = column
         algo = self.config.algorithm
         if self.full_logit_sdpo:  # the term is in the actor loss, not in the advantages
             algo = {"norm_adv_by_std_in_grpo": algo.get("norm_adv_by_std_in_grpo", True), "alpha_sdpo": 0.0}
-            sdpo = None
-        adv, ret = composer_advantages(batch, algo, sdpo)
+        adv, ret = composer_advantages(batch, algo, sdpo.estimator_inputs)
         batch.batch["advantages"], batch.batch["returns"] = adv, ret
-        self._channel.update({"loss/replay_dpo": 0.0, "replay/pairs_used": 0.0})
+        step.channel.update({"loss/replay_dpo": 0.0, "replay/pairs_used": 0.0})
         if self.settings.replay_on:
-            with marked_timer("replay", self._timing, color="orange"):
-                self._collect_teacher_answers()
-                self._replay_block = self._replay_rows(batch)
-                self._submit_teacher_queries(batch)  # after the pairs of earlier steps: never waited on here
-            stats = self.pool.stats()
-            self._channel.update(
-                {
-                    "teacher/calls": float(stats["calls"]),
-                    "teacher/failures": float(sum(stats["failures"].values())),
-                    "teacher/cache_hits": float(stats["cache_hits"]),
-                    "teacher/tokens": float(stats["tokens"]),
-                    "teacher/pending_queries": float(len(self._pending)),
-                    "replay/pairs_queued": float(len(self._pair_queue)),
-                }
-            )
+            step.replay_block, teacher_metrics = self._teacher_step(batch, step.timing_raw)
+            step.channel.update(teacher_metrics)
         return batch
 
     def _update_actor(self, batch: DataProto) -> DataProto:
-        if self._replay_block is None:
+        step = self._step
+        if step is None or step.replay_block is None:
             return super()._update_actor(batch)
-        merged = update_batch(batch, self._replay_block, self.actor_rollout_wg.world_size)
+        merged = update_batch(batch, step.replay_block, self.actor_rollout_wg.world_size)
         output = super()._update_actor(merged)
         # verl reports pg_loss per mini-batch; the replay mini-batch (first of each epoch) has zero advantages, so
         # loss/grpo averages the others only.
@@ -267,7 +284,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
         )
         if isinstance(pg, list) and per_epoch > 1 and len(pg) % per_epoch == 0:
-            self._grpo_loss = float(np.mean([v for i, v in enumerate(pg) if i % per_epoch]))
+            step.grpo_loss = float(np.mean([v for i, v in enumerate(pg) if i % per_epoch]))
         return output
 
     def fit(self):
@@ -332,9 +349,8 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         return lp, ids.to(torch.int32)
 
     # ------------------------------------------------------------------ channel 2: SDPO
-    def _sdpo_inputs(self, batch: DataProto) -> dict | None:
-        """Error sites -> teacher rows -> the sampled-token inputs (returned) or the full-logit columns (set on the
-        batch; returns None)."""
+    def _sdpo_inputs(self, batch: DataProto) -> SdpoInputs:
+        """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs."""
         nt = batch.non_tensor_batch
         responses, mask = batch.batch["responses"], batch.batch["response_mask"]
         prompt_width = batch.batch["prompts"].shape[1]
@@ -356,16 +372,12 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         error_mask = torch.zeros_like(mask, dtype=torch.bool)
         for t in plan:
             error_mask[t.row] |= t.columns
-        self._channel.update({"sdpo/error_sites": float(len(plan)), "sdpo/tokens": float(error_mask.sum())})
+        sdpo_metrics = {"sdpo/error_sites": float(len(plan)), "sdpo/tokens": float(error_mask.sum())}
         if not plan:
-            return (
-                None
-                if self.full_logit_sdpo
-                else {
-                    "sdpo_teacher_log_probs": torch.zeros_like(batch.batch["old_log_probs"]),
-                    "sdpo_error_mask": error_mask,
-                }
-            )
+            if self.full_logit_sdpo:
+                return SdpoInputs(sdpo_metrics)
+            no_teacher = {"sdpo_teacher_log_probs": torch.zeros_like(batch.batch["old_log_probs"])}
+            return SdpoInputs(sdpo_metrics, estimator_inputs={**no_teacher, "sdpo_error_mask": error_mask})
         packed = pack_rows(
             [t.prefix for t in plan],
             [t.continuation for t in plan],
@@ -377,23 +389,46 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 torch.cat([mask[t.row, t.start :], mask.new_zeros(t.start)]) for t in plan
             ]
         )
-        self._channel["sdpo/teacher_tokens"] = float(packed["attention_mask"].sum())
+        sdpo_metrics["sdpo/teacher_tokens"] = float(packed["attention_mask"].sum())
         if self.full_logit_sdpo:
             lp, ids = self._score_topk(packed, self.settings.teacher_topk)
             b, width, k = len(batch), responses.shape[1], lp.shape[-1]
-            batch.batch["sdpo_topk_log_probs"] = place_teacher_values(plan, lp, torch.zeros(b, width, k))
-            batch.batch["sdpo_topk_ids"] = place_teacher_values(plan, ids, torch.zeros(b, width, k, dtype=torch.int32))
             # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
             n_minibatches = len(batch) / (
                 int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
             )
-            batch.batch["sdpo_weight"] = error_mask.float() * (n_minibatches / float(error_mask.sum()))
-            return None
+            columns = {
+                "sdpo_topk_log_probs": place_teacher_values(plan, lp, torch.zeros(b, width, k)),
+                "sdpo_topk_ids": place_teacher_values(plan, ids, torch.zeros(b, width, k, dtype=torch.int32)),
+                "sdpo_weight": error_mask.float() * (n_minibatches / float(error_mask.sum())),
+            }
+            return SdpoInputs(sdpo_metrics, loss_columns=columns)
         teacher = place_teacher_values(plan, self._score_rows(packed), torch.zeros_like(batch.batch["old_log_probs"]))
-        self._channel["loss/sdpo"] = sdpo_kl_estimate(batch.batch["old_log_probs"], teacher, error_mask)
-        return {"sdpo_teacher_log_probs": teacher, "sdpo_error_mask": error_mask}
+        sdpo_metrics["loss/sdpo"] = sdpo_kl_estimate(batch.batch["old_log_probs"], teacher, error_mask)
+        return SdpoInputs(
+            sdpo_metrics, estimator_inputs={"sdpo_teacher_log_probs": teacher, "sdpo_error_mask": error_mask}
+        )
 
     # ------------------------------------------------------------------ channel 3: trace replay
+    def _teacher_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
+        """The teacher answers that have arrived become DPO pairs, up to max_pairs_per_step queued pairs become this
+        step's replay rows (None without pairs), and this step's groups go to the teacher pool, after the pairs of
+        earlier steps: never waited on here. Returns the rows and the channel's metrics."""
+        with marked_timer("replay", timing_raw, color="orange"):
+            self._collect_teacher_answers()
+            block, replay_metrics = self._replay_rows(batch)
+            self._submit_teacher_queries(batch)
+        stats = self.pool.stats()
+        return block, {
+            **replay_metrics,
+            "teacher/calls": float(stats["calls"]),
+            "teacher/failures": float(sum(stats["failures"].values())),
+            "teacher/cache_hits": float(stats["cache_hits"]),
+            "teacher/tokens": float(stats["tokens"]),
+            "teacher/pending_queries": float(len(self._pending)),
+            "replay/pairs_queued": float(len(self._pair_queue)),
+        }
+
     def _submit_teacher_queries(self, batch: DataProto) -> None:
         """One teacher request per prompt group of this step; the answers are collected at a later step."""
         nt = batch.non_tensor_batch
@@ -442,11 +477,12 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         self._pending = still
         self._pair_queue.extend(self.pair_reader.read_new())
 
-    def _replay_rows(self, batch: DataProto) -> DataProto | None:
-        """Up to max_pairs_per_step queued pairs as one extra actor mini-batch with DPO columns; logs the DPO loss."""
+    def _replay_rows(self, batch: DataProto) -> tuple[DataProto | None, dict]:
+        """Up to max_pairs_per_step queued pairs as one extra actor mini-batch with DPO columns, and their metrics
+        (the DPO loss before the update); (None, {}) with no queued pair."""
         n_pairs = min(len(self._pair_queue), self.settings.max_pairs_per_step)
         if n_pairs == 0:
-            return None
+            return None, {}
         pairs = [self._pair_queue.popleft() for _ in range(n_pairs)]
         width_p, width_r = batch.batch["prompts"].shape[1], batch.batch["responses"].shape[1]
         eos = self.tokenizer.eos_token_id
@@ -465,13 +501,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         loss, dpo_metrics = dpo_loss(
             seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=self.settings.beta_dpo
         )
-        self._channel.update(
-            {
-                "loss/replay_dpo": float(loss),
-                "replay/pairs_used": float(n_pairs),
-                **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()},
-            }
-        )
+        replay_metrics = {
+            "loss/replay_dpo": float(loss),
+            "replay/pairs_used": float(n_pairs),
+            **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()},
+        }
 
         rows_per_minibatch = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
         cols = replay_columns(seq_pol, seq_ref, rows_per_minibatch // 2)
@@ -486,7 +520,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         if "rollout_is_weights" in batch.batch.keys():  # decoupled rollout correction: weight 1, as above
             block["rollout_is_weights"] = torch.ones_like(block["old_log_probs"])
         block.update(cols)
-        return DataProto.from_dict(tensors=block)
+        return DataProto.from_dict(tensors=block), replay_metrics
 
 
 class AgentComposerTrainer(AgentEpisodesMixin, RayComposerTrainer):

@@ -107,15 +107,28 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         raise ConfigError(
             f"the composer recipe needs algorithm.adv_estimator=grpo_composer, got {algo.adv_estimator!r}"
         )
+    sdpo, replay = _sections(cfg)
+    alpha, beta = channel_weights(cfg)
+    if alpha < 0 or beta < 0:
+        raise ConfigError(f"algorithm.alpha_sdpo and composer.beta_replay must be >= 0, got {alpha}, {beta}")
+    sdpo_settings = _sdpo_settings(cfg, sdpo, alpha)
+    replay_settings = _replay_settings(cfg, replay, beta)
+    _check_run(cfg)
+    return ComposerSettings(alpha_sdpo=alpha, beta_replay=beta, **sdpo_settings, **replay_settings)
+
+
+def _sections(cfg: DictConfig) -> tuple[dict, dict]:
+    """(composer.sdpo, composer.replay), their keys checked, each with composer.yaml's values where it has none."""
     comp = _plain(cfg.get("composer"))
     _check_keys(comp, _TOP_KEYS, "composer")
     sdpo, replay = comp.get("sdpo") or {}, comp.get("replay") or {}
     _check_keys(sdpo, _SDPO_KEYS, "composer.sdpo")
     _check_keys(replay, _REPLAY_KEYS, "composer.replay")
-    sdpo, replay = {**_DEFAULT_SDPO, **sdpo}, {**_DEFAULT_REPLAY, **replay}
-    alpha, beta = channel_weights(cfg)
-    if alpha < 0 or beta < 0:
-        raise ConfigError(f"algorithm.alpha_sdpo and composer.beta_replay must be >= 0, got {alpha}, {beta}")
+    return {**_DEFAULT_SDPO, **sdpo}, {**_DEFAULT_REPLAY, **replay}
+
+
+def _sdpo_settings(cfg: DictConfig, sdpo: dict, alpha: float) -> dict:
+    """ComposerSettings' SDPO fields from composer.sdpo (checked whether or not the channel is on)."""
     hint_mode = sdpo["hint_mode"]
     if hint_mode not in HINT_MODES:
         raise ConfigError(f"composer.sdpo.hint_mode must be one of {HINT_MODES}, got {hint_mode!r}")
@@ -135,6 +148,19 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         raise ConfigError(f"composer.sdpo.token_clip must be > 0 or null, got {token_clip}")
     if alpha > 0 and form == "full_logit":
         _check_full_logit_engine(cfg)
+    return {
+        "hint_mode": hint_mode,
+        "sibling_solution": bool(sdpo["sibling_solution"]),
+        "sdpo_form": form,
+        "teacher_topk": topk,
+        "jsd_beta": jsd_beta,
+        "token_clip": token_clip,
+    }
+
+
+def _replay_settings(cfg: DictConfig, replay: dict, beta: float) -> dict:
+    """ComposerSettings' replay fields from composer.replay (checked whether or not the channel is on); the teacher
+    pool only when it is."""
     beta_dpo = float(replay["beta_dpo"])
     if not beta_dpo > 0:
         raise ConfigError(f"composer.replay.beta_dpo must be > 0, got {beta_dpo}")
@@ -151,30 +177,47 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
             "chosen + rejected rows fill one extra actor mini-batch of ppo_mini_batch_size x n = "
             f"{rows_per_minibatch} rows)"
         )
-    pool = None
-    if beta > 0:
-        if not replay.get("pairs_path"):
-            raise ConfigError("composer.beta_replay > 0 needs composer.replay.pairs_path (the DPO pairs JSONL)")
-        pool_raw = replay.get("teacher_pool") or {}
-        try:
-            pool = TeacherPoolConfig.from_dict(pool_raw)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"composer.replay.teacher_pool: {e}") from e
-        from verl.trainer.ppo.utils import need_reference_policy
+    pool = _teacher_pool(cfg, replay) if beta > 0 else None  # before min_agree's int(): ConfigError names a bad one
+    return {
+        "beta_dpo": beta_dpo,
+        "max_pairs_per_step": max_pairs,
+        "rule": str(replay["rule"]),
+        "min_agree": int(replay["min_agree"]),
+        "pairs_path": replay.get("pairs_path"),
+        "pool": pool,
+    }
 
-        if not need_reference_policy(cfg):
-            raise ConfigError(
-                "composer.beta_replay > 0 needs verl's reference model for the DPO reference log-probs: set "
-                "actor_rollout_ref.actor.use_kl_loss=true (kl_loss_coef may be 0.0) or algorithm.use_kl_in_reward=true"
-            )
-        from verl_ext.composer.disagreement import DisagreementConfig
 
-        try:
-            DisagreementConfig(rule=replay["rule"], min_agree=int(replay["min_agree"]))
-        except ValueError as e:
-            raise ConfigError(f"composer.replay: {e}") from e
-    if beta > 0:
-        _check_replay_update_order(cfg)
+def _teacher_pool(cfg: DictConfig, replay: dict) -> TeacherPoolConfig:
+    """What replay needs when it is on: the pairs file, a valid teacher pool (returned), verl's reference model, a
+    valid disagreement rule and the update order of _check_replay_update_order."""
+    if not replay.get("pairs_path"):
+        raise ConfigError("composer.beta_replay > 0 needs composer.replay.pairs_path (the DPO pairs JSONL)")
+    pool_raw = replay.get("teacher_pool") or {}
+    try:
+        pool = TeacherPoolConfig.from_dict(pool_raw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"composer.replay.teacher_pool: {e}") from e
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    if not need_reference_policy(cfg):
+        raise ConfigError(
+            "composer.beta_replay > 0 needs verl's reference model for the DPO reference log-probs: set "
+            "actor_rollout_ref.actor.use_kl_loss=true (kl_loss_coef may be 0.0) or algorithm.use_kl_in_reward=true"
+        )
+    from verl_ext.composer.disagreement import DisagreementConfig
+
+    try:
+        DisagreementConfig(rule=replay["rule"], min_agree=int(replay["min_agree"]))
+    except ValueError as e:
+        raise ConfigError(f"composer.replay: {e}") from e
+    _check_replay_update_order(cfg)
+    return pool
+
+
+def _check_run(cfg: DictConfig) -> None:
+    """The rest of the run config as the Composer needs it: verl's legacy trainer, the fidelity table's checks, the
+    agent block and the plot settings."""
     if cfg.trainer.get("use_v1", False):
         raise ConfigError("the composer recipe runs on verl's legacy trainer: set trainer.use_v1=false")
     check_fidelity(cfg, FIDELITY)
@@ -185,22 +228,6 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
         check_plot_settings(cfg.trainer.get("plot_keys"), cfg.trainer.get("jsonl_metrics_path"))
     except (ValueError, ImportError) as e:
         raise ConfigError(str(e)) from e
-    return ComposerSettings(
-        alpha_sdpo=alpha,
-        beta_replay=beta,
-        hint_mode=hint_mode,
-        sibling_solution=bool(sdpo["sibling_solution"]),
-        sdpo_form=form,
-        teacher_topk=topk,
-        jsd_beta=jsd_beta,
-        token_clip=token_clip,
-        beta_dpo=beta_dpo,
-        max_pairs_per_step=max_pairs,
-        rule=str(replay["rule"]),
-        min_agree=int(replay["min_agree"]),
-        pairs_path=replay.get("pairs_path"),
-        pool=pool,
-    )
 
 
 def _check_full_logit_engine(cfg: DictConfig) -> None:
