@@ -439,6 +439,42 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         return {}
 
     def fit(self):
+        tracker = self._start_run()
+        val_only = bool(self.config.trainer.get("val_only", False))
+        self._first_validation(tracker, val_only)
+        if val_only:
+            self._close_run(plot=False)
+            return
+        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
+        # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
+        time_base, fit_start = self.train_time_s, time.monotonic()
+        row_time = time_base  # train time at the previous row (a checkpoint save also moves self.train_time_s)
+        self.global_steps += 1
+        first_step = self.global_steps
+        try:
+            if self.global_steps > self.total_training_steps:
+                return
+            batches = self.training_batches()
+            while True:
+                is_last = self.global_steps >= self.total_training_steps
+                started = self._start_step(batches, first_step)
+                if started is None:
+                    return  # the data ran out
+                batch, metrics, timing_raw = started
+                batch = self._run_step(batch, metrics, timing_raw, is_last, time_base, fit_start)
+                self.train_time_s = train_time_s(time_base, fit_start)
+                seconds, row_time = self.train_time_s - row_time, self.train_time_s
+                self._log_step(tracker, progress, batch, metrics, timing_raw, seconds)
+                if is_last:
+                    return
+                self._end_step(batch)
+        finally:
+            progress.close()
+            self._close_run(plot=self.plot_keys and sys.exc_info()[0] is None)
+
+    def _start_run(self):
+        """Everything before the first step: the tracker (returned), the checkpoint to resume from, the rollout's
+        weights, verl's skip manager, the JSONL log, and the row a crash may have lost (`_recover_row`)."""
         from omegaconf import OmegaConf
         from verl.utils.tracking import Tracking
 
@@ -460,84 +496,82 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if jsonl_path:
             self.metrics_log = JsonlMetricsWriter(jsonl_path, resume_from_step=self.global_steps)
         self._recover_row(tracker)
-        val_only = bool(self.config.trainer.get("val_only", False))
-        # Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint too)
-        # and stops, whatever val_before_train says.
-        if (self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only:
-            val_metrics = self._validate()
-            self._note_val(val_metrics)
-            if self.compact:
-                print(compact_line(self.global_steps, self.total_training_steps, val_metrics, None))
-            else:
-                pprint(f"Initial validation metrics: {val_metrics}")
-            tracker.log(data=val_metrics, step=self.global_steps)
-            # so the curves start where training starts (a resumed checkpoint's step has its row already)
-            if self.metrics_log is not None and self.metrics_log.last_step < self.global_steps:
-                self.metrics_log.log(self.global_steps, val_metrics)
-        if val_only:
-            self._close_run(plot=False)
+        return tracker
+
+    def _first_validation(self, tracker, val_only: bool) -> None:
+        """Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint
+        too) and stops, whatever val_before_train says."""
+        if not ((self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only):
             return
-        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
-        # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
-        time_base, fit_start = self.train_time_s, time.monotonic()
-        row_time = time_base  # train time at the previous row (a checkpoint save also moves self.train_time_s)
-        self.global_steps += 1
-        first_step = self.global_steps
+        val_metrics = self._validate()
+        self._note_val(val_metrics)
+        if self.compact:
+            print(compact_line(self.global_steps, self.total_training_steps, val_metrics, None))
+        else:
+            pprint(f"Initial validation metrics: {val_metrics}")
+        tracker.log(data=val_metrics, step=self.global_steps)
+        # so the curves start where training starts (a resumed checkpoint's step has its row already)
+        if self.metrics_log is not None and self.metrics_log.last_step < self.global_steps:
+            self.metrics_log.log(self.global_steps, val_metrics)
+
+    def _start_step(self, batches, first_step: int) -> tuple[DataProto, dict, dict] | None:
+        """The step's (batch, metrics, timing_raw) from `batches`, or None when the data ran out. The profile window
+        opens before the step's data is generated: a curriculum's generation calls for this step happen inside
+        training_batches()."""
+        self._finalize_async_calls(blocking=False)
+        SkipManager.set_step(self.global_steps)
+        self._profiling_step = self.profile.profiled(self.global_steps)
+        profile_timing: dict = {}  # the step's timing_raw comes with its data, below
+        with marked_timer("start_profile", profile_timing):
+            self._start_profiling(self.profile.start(self.global_steps, self.global_steps == first_step))
         try:
-            if self.global_steps > self.total_training_steps:
-                return
-            batches = self.training_batches()
-            while True:
-                is_last = self.global_steps >= self.total_training_steps
-                self._finalize_async_calls(blocking=False)
-                SkipManager.set_step(self.global_steps)
-                # The profile window opens before the step's data is generated: a curriculum's generation calls
-                # for this step happen inside training_batches().
-                self._profiling_step = self.profile.profiled(self.global_steps)
-                profile_timing: dict = {}  # the step's timing_raw comes with its data, below
-                with marked_timer("start_profile", profile_timing):
-                    self._start_profiling(self.profile.start(self.global_steps, self.global_steps == first_step))
-                try:
-                    batch, metrics, timing_raw = next(batches)
-                except StopIteration:
-                    self._stop_profiling(self.profile.profiled(self.global_steps), run_command=True)
-                    return
-                timing_raw.update(profile_timing)
-                test_freq = self.config.trainer.test_freq
-                validates = test_freq > 0 and (is_last or self.global_steps % test_freq == 0)
-                with marked_timer("step", timing_raw):
-                    batch = self.train_on_batch(batch, metrics, timing_raw)
-                    metrics.update(self._batch_metrics(batch, metrics))
-                    self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start, (batch, metrics, validates))
-                    self.sync_weights(timing_raw)
-                if validates:
-                    with marked_timer("testing", timing_raw, color="green"):
-                        metrics.update(self._validate())
-                with marked_timer("stop_profile", timing_raw):
-                    self._stop_profiling(
-                        self.profile.stop(self.global_steps, is_last),
-                        run_command=self.profile.run_finish_command(self.global_steps, is_last),
-                    )
-                self._profiling_step = False
-                self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
-                self.train_time_s = train_time_s(time_base, fit_start)
-                seconds, row_time = self.train_time_s - row_time, self.train_time_s
-                metrics.update(self._timing_metrics(batch, timing_raw))
-                tracker.log(data=metrics, step=self.global_steps)
-                self._note_val(metrics)
-                if self.compact:
-                    progress.write(compact_line(self.global_steps, self.total_training_steps, metrics, seconds))
-                if self.metrics_log is not None:
-                    self.metrics_log.log(self.global_steps, metrics)
-                progress.update(1)
-                if is_last:
-                    return
-                self.global_steps += 1
-                if hasattr(self.train_dataset, "on_batch_end"):  # verl's experimental hook: the dataset may change
-                    self.train_dataset.on_batch_end(batch=batch)
-        finally:
-            progress.close()
-            self._close_run(plot=self.plot_keys and sys.exc_info()[0] is None)
+            batch, metrics, timing_raw = next(batches)
+        except StopIteration:
+            self._stop_profiling(self.profile.profiled(self.global_steps), run_command=True)
+            return None
+        timing_raw.update(profile_timing)
+        return batch, metrics, timing_raw
+
+    def _run_step(
+        self, batch: DataProto, metrics: dict, timing_raw: dict, is_last: bool, time_base: float, fit_start: float
+    ) -> DataProto:
+        """Train on the batch (returned as trained, its metrics added to `metrics`), save a checkpoint when one is
+        due, sync the rollout's weights, validate when due, and close the step's profile window."""
+        test_freq = self.config.trainer.test_freq
+        validates = test_freq > 0 and (is_last or self.global_steps % test_freq == 0)
+        with marked_timer("step", timing_raw):
+            batch = self.train_on_batch(batch, metrics, timing_raw)
+            metrics.update(self._batch_metrics(batch, metrics))
+            self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start, (batch, metrics, validates))
+            self.sync_weights(timing_raw)
+        if validates:
+            with marked_timer("testing", timing_raw, color="green"):
+                metrics.update(self._validate())
+        with marked_timer("stop_profile", timing_raw):
+            self._stop_profiling(
+                self.profile.stop(self.global_steps, is_last),
+                run_command=self.profile.run_finish_command(self.global_steps, is_last),
+            )
+        self._profiling_step = False
+        self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
+        return batch
+
+    def _log_step(self, tracker, progress, batch: DataProto, metrics: dict, timing_raw: dict, seconds: float) -> None:
+        """The step's row, with its times: to the tracker, the compact console (`seconds` since the previous row),
+        the JSONL log and the progress bar."""
+        metrics.update(self._timing_metrics(batch, timing_raw))
+        tracker.log(data=metrics, step=self.global_steps)
+        self._note_val(metrics)
+        if self.compact:
+            progress.write(compact_line(self.global_steps, self.total_training_steps, metrics, seconds))
+        if self.metrics_log is not None:
+            self.metrics_log.log(self.global_steps, metrics)
+        progress.update(1)
+
+    def _end_step(self, batch: DataProto) -> None:
+        self.global_steps += 1
+        if hasattr(self.train_dataset, "on_batch_end"):  # verl's experimental hook: the dataset may change
+            self.train_dataset.on_batch_end(batch=batch)
 
     def _maybe_save_checkpoint(
         self,
