@@ -1,15 +1,13 @@
 """Unchanged external agents train with plain GRPO through the gateway in front of verl's own vLLM-CPU rollout
-servers: 2 steps, sync (on-policy; the guess agent on chat completions, beside a one-round agent that sends `stop`
-and `logprobs` through the plain openai client, so verl's vLLM server is shown to stop there) and async (episodes
-one step ahead, staleness bound 1; the calculator agent on the Responses API with a function tool, so the tools
-block is in every prompt)."""
+servers: 2 steps, async (episodes one step ahead, staleness bound 1; the calculator agent on the Responses API with
+a function tool, so the tools block is in every prompt). The sync run (on-policy) is `test_e2e_frameworks.py`: the
+guess agent on chat completions, the `stop` agent and the two framework agents in one run. `check_common` is what
+every agent run must show."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +20,6 @@ pytestmark = pytest.mark.e2e
 GUESS = f"{sys.executable} -m verl_ext.agent.examples.guess_agent"
 CALC = f"{sys.executable} -m verl_ext.agent.examples.calc_agent"
 RESPONSES = f"{sys.executable} -m verl_ext.agent.examples.responses_agent"
-MIX = f"{sys.executable} {Path(__file__).parent / 'agents' / 'agent_mix.py'}"
 
 
 def agent_overrides(tmp_path, tasks, command: str, extra=(), response_length: int = 64) -> list[str]:
@@ -83,36 +80,6 @@ def run(
     )
     run_task_runner(ExtTaskRunner, cfg)
     return read_jsonl(tmp_path / "metrics.jsonl")
-
-
-def test_guess_agent_trains_with_grpo(ray_cpu, tiny_assets, tmp_path):
-    # tasks alternate: the guess agent (unchanged example) and the stop agent (tests/agent/agents/stop_copy.py)
-    stop_logs = tmp_path / "stop_replies"
-    stop_logs.mkdir()
-    extra = [{"agent": "guess"} if i % 2 else {"agent": "stop_copy", "stop_log_dir": str(stop_logs)} for i in range(8)]
-    rows = run(tmp_path, tiny_assets, {"command": MIX}, extra=extra)
-    assert [r["step"] for r in rows] == [1, 2]
-    ledger = check_common(tmp_path, rows, 16)
-    # sync: every episode was sampled by the weights its step trains
-    assert all(r["agent/staleness_max"] == 0 for r in rows)
-    assert all(set(e["staleness"].values()) == {0} for e in ledger)
-    check_stop_replies(stop_logs, n=16)  # one epoch of the 8 tasks in 2 steps: 4 stop tasks x 4 episodes
-
-
-def check_stop_replies(log_dir: Path, n: int):
-    """`stop` reached verl's vLLM server and it stopped there: the returned tokens (one per sampled id, with the
-    rollout's log-probs) end with the one that completed the stop string, and no end-of-turn token was sampled after
-    it (the tiny model writes `\\boxed{d}<|im_end|>`: an engine that ignored `stop` would sample `<|im_end|>`). The
-    reply's text is the sampled text cut before the stop string, as OpenAI returns it."""
-    replies = [json.loads(p.read_text()) for p in sorted(log_dir.glob("*.json"))]
-    assert len(replies) == n
-    stopped = [r for r in replies if "}" in "".join(r["tokens"])]
-    assert len(stopped) >= n // 2, replies  # the warmed-up model closes its \\boxed{} in most replies
-    for r in stopped:
-        text = "".join(r["tokens"])
-        assert "}" in r["tokens"][-1] and text.index("}") >= len(text) - len(r["tokens"][-1]), r
-        assert "<|im_end|>" not in r["tokens"], r
-        assert r["finish_reason"] == "stop" and r["content"] == text[: text.index("}")], r
 
 
 def test_responses_agent_async_one_step_ahead(ray_cpu, tiny_assets, tool_model_dir, tmp_path):

@@ -1,11 +1,13 @@
 """Agents written with real frameworks train with GRPO through the gateway in front of verl's own vLLM-CPU rollout
-servers: 2 steps, in ONE run whose tasks alternate between the OpenAI Agents SDK agent and LangGraph's prebuilt
-ReAct agent (`tests/agent/agents/agent_mix.py` starts the unmodified example module the task names), on the tiny
-model with the project's chat template (tools rendered in every prompt). One run for both frameworks keeps CI time
-down; the frameworks' tool calls are checked through the gateway in `test_frameworks.py` (the tiny model does not
-write tool calls of its own). Measured: passed in 923 s with the machine's load average at 30-45; every episode one
-round, score 0 (the tiny model, warmed up without a tools block, does not answer the task under one), so the run
-checks the plumbing (episodes, masks, log-probs, drift), not learning."""
+servers: 2 steps, sync (on-policy), in ONE run whose tasks cycle through four agents (`tests/agent/agents/agent_mix.py`
+starts the unmodified example module, or the test agent, that the task names): the OpenAI Agents SDK agent,
+LangGraph's prebuilt ReAct agent, the guess agent (plain chat completions, two rounds), and a one-round agent that
+sends `stop` and `logprobs` through the plain openai client (`tests/agent/agents/stop_copy.py`), so verl's vLLM
+server is shown to stop there. One run for all four keeps CI time down (one verl start-up instead of two); the
+tiny model has the project's chat template (tools rendered for the agents that send tools). The frameworks' tool
+calls are checked through the gateway in `test_frameworks.py` (the tiny model does not write tool calls of its own):
+their episodes here are one round, score 0 (the tiny model, warmed up without a tools block, does not answer the
+task under one), so for them the run checks the plumbing (episodes, masks, log-probs, drift), not learning."""
 
 from __future__ import annotations
 
@@ -24,28 +26,26 @@ from verl_ext.metrics_log import read_jsonl
 pytestmark = pytest.mark.e2e
 
 MIX = f"{sys.executable} {Path(__file__).parent / 'agents' / 'agent_mix.py'}"
-FRAMEWORKS = ("openai_agents_sdk", "langgraph_react")
+AGENTS = ("openai_agents_sdk", "langgraph_react", "guess", "stop_copy")
 
 
 def test_framework_agents_train_with_grpo(ray_cpu, tiny_assets, tool_model_dir, tmp_path):
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
-    # 2 tasks per step (one per framework) x 4 episodes: each episode is a fresh process that imports its framework
-    # (seconds of CPU each), so the batch is kept small
-    n_tasks = 4
-    tasks = write_tasks(
-        tiny_assets.train_file,
-        tmp_path / "tasks.parquet",
-        n_tasks,
-        extra=[{"agent": FRAMEWORKS[i % 2]} for i in range(n_tasks)],
-    )
+    # 4 tasks per step x 4 episodes; the 8 tasks (2 per agent) are one epoch in the 2 steps. Each episode is a fresh
+    # process that imports its framework (seconds of CPU each), so the batch is kept small.
+    stop_logs = tmp_path / "stop_replies"
+    stop_logs.mkdir()
+    extra = [{"agent": AGENTS[i % 4]} for i in range(8)]
+    for e in extra:
+        if e["agent"] == "stop_copy":
+            e["stop_log_dir"] = str(stop_logs)
+    tasks = write_tasks(tiny_assets.train_file, tmp_path / "tasks.parquet", 8, extra=extra)
     cfg = e2e_config(
         "ppo_trainer",
         tiny_run_overrides(tiny_assets, tmp_path, steps=2)
         + [
             f"actor_rollout_ref.model.path={tool_model_dir}",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             f"data.train_files={tasks}",
             f"data.val_files={tasks}",
             # the tools block makes the first prompt ~400 tokens; prompt + episode budget = the model's 512 positions
@@ -66,10 +66,30 @@ def test_framework_agents_train_with_grpo(ray_cpu, tiny_assets, tool_model_dir, 
     run_task_runner(ExtTaskRunner, cfg, timeout=1800)
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
-    check_common(tmp_path, rows, 8)  # every episode of both frameworks trained, token-true log-probs
+    ledger = check_common(tmp_path, rows, 16)  # every episode of the four agents trained, token-true log-probs
+    # sync: every episode was sampled by the weights its step trains
+    assert all(r["agent/staleness_max"] == 0 for r in rows)
+    assert all(set(e["staleness"].values()) == {0} for e in ledger)
     for r in rows:
         # no episode's history drifted: every later round extended its prefix, no split of any kind
         assert all(r[f"agent/drift/split/{k}"] == 0 for k in SPLIT_REASONS), r
-        assert r["agent/drift/extended"] == 8 * (r["agent/rounds_mean"] - 1), r
+        assert r["agent/drift/extended"] == pytest.approx(16 * (r["agent/rounds_mean"] - 1)), r
     summary = json.loads((tmp_path / "drift_summary.json").read_text())
     assert summary["drift/splits_per_1k_rounds"] == 0.0
+    check_stop_replies(stop_logs, n=8)  # the 2 stop tasks x 4 episodes
+
+
+def check_stop_replies(log_dir: Path, n: int):
+    """`stop` reached verl's vLLM server and it stopped there: the returned tokens (one per sampled id, with the
+    rollout's log-probs) end with the one that completed the stop string, and no end-of-turn token was sampled after
+    it (the tiny model writes `\\boxed{d}<|im_end|>`: an engine that ignored `stop` would sample `<|im_end|>`). The
+    reply's text is the sampled text cut before the stop string, as OpenAI returns it."""
+    replies = [json.loads(p.read_text()) for p in sorted(log_dir.glob("*.json"))]
+    assert len(replies) == n
+    stopped = [r for r in replies if "}" in "".join(r["tokens"])]
+    assert len(stopped) >= n // 2, replies  # the warmed-up model closes its \\boxed{} in most replies
+    for r in stopped:
+        text = "".join(r["tokens"])
+        assert "}" in r["tokens"][-1] and text.index("}") >= len(text) - len(r["tokens"][-1]), r
+        assert "<|im_end|>" not in r["tokens"], r
+        assert r["finish_reason"] == "stop" and r["content"] == text[: text.index("}")], r
