@@ -17,6 +17,16 @@ __all__ = ["ConfigError", "CurriculumSettings", "curriculum_settings", "prepare_
 
 
 @dataclass(frozen=True)
+class AutoGenBatch:
+    """curriculum.auto_gen_batch: screen per call what keeps the next batch's prompts
+    (verl_ext/curriculum/screen_size.py); data.gen_batch_size is then the most a call screens."""
+
+    enable: bool = False
+    confidence: float = 0.8  # probability that a call keeps enough; a shortfall costs a whole extra call
+    window: int = 4  # screening calls pooled for the keep-rate estimate
+
+
+@dataclass(frozen=True)
 class CurriculumSettings:
     mode: str  # "fast" | "dapo" | "plain" (curriculum.enable=false)
     n: int  # screening responses per fresh prompt (fast); dapo/plain generate N at once
@@ -26,6 +36,7 @@ class CurriculumSettings:
     filter_metric: str
     max_num_gen_batches: int
     memory: MemorySettings  # curriculum.memory (pass-rate memory; off by default)
+    auto_gen_batch: AutoGenBatch  # curriculum.auto_gen_batch (screen just enough per call; off by default)
 
     @property
     def N(self) -> int:
@@ -56,7 +67,23 @@ def curriculum_settings(cfg: DictConfig) -> CurriculumSettings:
         filter_metric=str(cur.get("filter_metric", "acc")),
         max_num_gen_batches=int(cur.get("max_num_gen_batches", 0)),
         memory=_memory_settings(cur.get("memory")),
+        auto_gen_batch=_auto_gen_batch(cur.get("auto_gen_batch")),
     )
+
+
+def _auto_gen_batch(node) -> AutoGenBatch:
+    plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    unknown = set(plain) - {"enable", "confidence", "window"}
+    if unknown:
+        raise ConfigError(f"unknown curriculum.auto_gen_batch keys {sorted(unknown)}: enable, confidence, window")
+    s = AutoGenBatch(**plain)
+    if not isinstance(s.enable, bool):
+        raise ConfigError(f"curriculum.auto_gen_batch.enable must be true or false, got {s.enable!r}")
+    if isinstance(s.confidence, bool) or not isinstance(s.confidence, int | float) or not 0 < s.confidence < 1:
+        raise ConfigError(f"curriculum.auto_gen_batch.confidence must be in (0, 1), got {s.confidence!r}")
+    if isinstance(s.window, bool) or not isinstance(s.window, int) or s.window < 1:
+        raise ConfigError(f"curriculum.auto_gen_batch.window must be an int >= 1, got {s.window!r}")
+    return s
 
 
 def _memory_settings(node) -> MemorySettings:
@@ -85,6 +112,7 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
         "max_num_gen_batches",
         "memory",
         "max_screen_staleness",
+        "auto_gen_batch",
     }
     if unknown:
         raise ConfigError(f"unknown curriculum keys {sorted(unknown)}; see recipe/fast_dapo/config/fast_dapo.yaml")
@@ -113,6 +141,11 @@ def prepare_config(cfg: DictConfig) -> CurriculumSettings:
         raise ConfigError(
             "curriculum.memory.enable=true needs curriculum.enable=true (mode fast or dapo): plain "
             "sampling trains on every group, there is nothing to skip"
+        )
+    if s.auto_gen_batch.enable and s.mode == "plain":
+        raise ConfigError(
+            "curriculum.auto_gen_batch.enable=true needs curriculum.enable=true (mode fast or dapo): plain sampling "
+            "generates for data.train_batch_size prompts a step, there is no screening to size"
         )
     if s.max_num_gen_batches < 0:
         raise ConfigError("curriculum.max_num_gen_batches must be >= 0 (0 = no limit)")

@@ -49,6 +49,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         super().__init__(*args, **kwargs)
         s = curriculum_settings(self.config)
         self.max_num_gen_batches = s.max_num_gen_batches
+        self.auto_gen_batch = s.auto_gen_batch
+        self.gen_batch_size = s.gen_batch_size
         self.controller = DataController(
             train_batch_size=s.train_batch_size,
             n=s.n,
@@ -125,6 +127,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
     def step_metrics(self) -> dict:
         m = {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
         m["curriculum/rescreened_prompts"] = float(self.rescreened_prompts)
+        if self.auto_gen_batch.enable:
+            m["curriculum/screen_prompts_last_call"] = float(self.controller.generation_counts.get("screen_prompts", 0))
         m.update(self._batch_stats)
         return m
 
@@ -156,17 +160,17 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 yield batch, {"training/epoch": self.data_epoch}, timing_raw
                 timing_raw = {}
                 continue
-            fresh = self._fresh_prompts(it)
-            if fresh is not None:
-                self.controller.add_fresh_prompts(fresh)
-            elif self.controller.counters["prompts_awaiting_continuation"] == 0:
+            screen = self._screening_target()
+            data_left = self._queue_fresh_prompts(it, screen)
+            c = self.controller.counters
+            if not data_left and c["prompts_awaiting_screening"] == 0 and c["prompts_awaiting_continuation"] == 0:
                 return  # every prompt of every epoch has been used; fewer than a batch of groups remain
             self._check_generation_budget()
             self._rescreen_stale()
             if not self.controller.has_generation_inputs:
                 continue  # the pass-rate memory skipped every fresh prompt of this batch: draw the next one
             with marked_timer("gen_total", timing_raw):
-                fused = self.controller.get_generation_inputs()
+                fused = self.controller.get_generation_inputs(max_fresh=screen)
                 padded, n_pad = pad_to_multiple(fused, num_workers)
                 self.pad_rows += n_pad
                 # verl's _get_gen_batch moves every non-reward column into the generation batch; the controller's
@@ -184,6 +188,28 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 self.controller.update(
                     rows, metric_values=self._filter_metric_values(out), valid=self.screening_valid_rows(rows)
                 )
+
+    def _screening_target(self) -> int | None:
+        """Fresh prompts the next call screens: None (every queued one: a dataloader batch of data.gen_batch_size)
+        unless curriculum.auto_gen_batch is on."""
+        a = self.auto_gen_batch
+        if not a.enable:
+            return None
+        return self.controller.screening_target(self.gen_batch_size, a.confidence, a.window)
+
+    def _queue_fresh_prompts(self, it, screen: int | None) -> bool:
+        """Queue fresh prompts for the next call: one dataloader batch, or (auto) batches until ``screen`` are
+        queued; prompts beyond it stay queued in the controller (checkpointed) for later calls. False when the data
+        is used up."""
+        while True:
+            if screen is not None and self.controller.counters["prompts_awaiting_screening"] >= screen:
+                return True
+            fresh = self._fresh_prompts(it)
+            if fresh is None:
+                return False
+            self.controller.add_fresh_prompts(fresh)
+            if screen is None:
+                return True
 
     def _rescreen_stale(self) -> None:
         if self.max_screen_staleness is not None:

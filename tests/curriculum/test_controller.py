@@ -44,9 +44,10 @@ class ReferenceController:
     def add(self, uids):
         self.fresh += list(uids)
 
-    def generate(self):
-        self.in_flight = [(u, SCREEN) for u in self.fresh] + [(u, CONTINUE) for u in self.kept]
-        self.fresh, self.kept = [], []
+    def generate(self, max_fresh=None):
+        take = len(self.fresh) if max_fresh is None else max_fresh
+        self.in_flight = [(u, SCREEN) for u in self.fresh[:take]] + [(u, CONTINUE) for u in self.kept]
+        self.fresh, self.kept = self.fresh[take:], []
         self.counts["generation_calls"] += 1
         return [(u, p, self.n_screen if p == SCREEN else self.n_continue) for u, p in self.in_flight]
 
@@ -195,11 +196,14 @@ class Episode:
             if self.ref:
                 self.ref.add(fresh.non_tensor_batch["uid"])
             c = self.ctrl
-            if c.prompts_for_first_generation_phase is None and c.prompts_for_second_generation_phase is None:
+            # half the calls screen only the oldest few queued prompts (curriculum.auto_gen_batch), the rest wait
+            max_fresh = None if self.rng.random() < 0.5 else int(self.rng.integers(0, 4))
+            fresh_to_send = c.prompts_for_first_generation_phase is not None and max_fresh != 0
+            if not fresh_to_send and c.prompts_for_second_generation_phase is None:
                 return  # nothing to generate this time (0 fresh prompts, none kept)
-            self.pending = self.ctrl.get_generation_inputs()
+            self.pending = self.ctrl.get_generation_inputs(max_fresh=max_fresh)
             if self.ref:
-                self.check_generation_inputs(self.pending, self.ref.generate())
+                self.check_generation_inputs(self.pending, self.ref.generate(max_fresh))
 
     def check_generation_inputs(self, gen_in: DataProto, expected):
         flat = [(u, p) for u, p, count in expected for _ in range(count)]
@@ -265,6 +269,8 @@ def test_random_sequences_match_reference(mode, n, n_continue, tbs, seed):
     assert c["prompts_kept"] + c["discarded_all_correct"] + c["discarded_all_wrong"] == c["prompts_screened"]
     assert c["training_groups_emitted"] == len(ep.outputs) * tbs
     assert c["groups_ready"] == len(ref.ready) and c["prompts_awaiting_continuation"] == len(ref.held)
+    queued = ctrl.prompts_for_first_generation_phase  # prompts not yet screened wait in arrival order
+    assert ([] if queued is None else list(queued.non_tensor_batch["uid"])) == ref.fresh
     assert c["groups_completed"] == c["training_groups_emitted"] + c["groups_ready"] + c["surplus_groups_dropped"]
     assert c["responses_per_training_group"] == pytest.approx(c["responses_generated"] / c["training_groups_emitted"])
     assert c["keep_rate"] == pytest.approx(c["prompts_kept"] / c["prompts_screened"])

@@ -44,6 +44,7 @@ from verl import DataProto
 
 from verl_ext.curriculum.dataproto_ops import PAD_KEY
 from verl_ext.curriculum.memory import MemorySettings, PassRateMemory, prompt_keys, uniform_outcome
+from verl_ext.curriculum.screen_size import kept_prompts_wanted, recent_keep_rate, screening_size
 
 PHASE_KEY = "__phase__"
 SCREEN = "screen"
@@ -70,7 +71,8 @@ COUNTERS = (
     "surplus_groups_dropped",  # dapo: ready groups beyond the batch, dropped by get_training_data() (the recipe's trim)
     "prompts_skipped_by_memory",  # fresh prompts the pass-rate memory did not queue for screening
 )
-STATE_VERSION = 2  # 2: pass-rate memory state and its counter (version 1 checkpoints still load)
+STATE_VERSION = 3  # 2: pass-rate memory state and its counter; 3: screening history (1 and 2 still load)
+SCREEN_HISTORY = 64  # (screened, kept) of the most recent screening calls kept for the keep-rate estimate
 
 
 class DataController:
@@ -126,6 +128,7 @@ class DataController:
         self.prompts_for_training: DataProto | None = None
         self._counts = dict.fromkeys(COUNTERS, 0)
         self.generation_counts: dict[str, int] = {}
+        self.screen_history: list[tuple[int, int]] = []  # (prompts screened, prompts kept) per call, newest last
 
     # ------------------------------------------------------------------ trainer-facing API
 
@@ -159,16 +162,32 @@ class DataController:
             self.prompts_for_first_generation_phase is not None or self.prompts_for_second_generation_phase is not None
         )
 
-    def get_generation_inputs(self) -> DataProto:
+    def screening_target(self, cap: int, confidence: float = 0.8, window: int = 4) -> int:
+        """Fresh prompts the next call should screen to keep what completes the next training batch
+        (``verl_ext.curriculum.screen_size``): keep rate over the last ``window`` screening calls, at most ``cap``."""
+        wanted = kept_prompts_wanted(
+            self.num_groups_ready, _len(self.prompts_for_second_generation_phase), self.train_batch_size
+        )
+        return screening_size(wanted, recent_keep_rate(self.screen_history, window), cap, confidence)
+
+    def get_generation_inputs(self, max_fresh: int | None = None) -> DataProto:
         """One fused batch: each queued fresh prompt repeated n times (dapo/plain: N) with ``PHASE_KEY`` "screen",
-        then each kept prompt repeated n_continue times with "continue". Sizes go to ``self.generation_counts``."""
+        then each kept prompt repeated n_continue times with "continue". Sizes go to ``self.generation_counts``.
+        ``max_fresh``: screen only the oldest ``max_fresh`` queued fresh prompts; the rest stay queued (None: all)."""
         if self.prompts_in_flight is not None:
             raise RuntimeError("get_generation_inputs: the previous generation has not been passed to update() yet")
+        if max_fresh is not None and max_fresh < 0:
+            raise ValueError(f"get_generation_inputs: max_fresh must be >= 0 or None, got {max_fresh}")
         fresh, kept = self.prompts_for_first_generation_phase, self.prompts_for_second_generation_phase
         if fresh is None and kept is None:
             raise RuntimeError("get_generation_inputs: nothing to generate; call add_fresh_prompts first")
+        queued = None
+        if fresh is not None and max_fresh is not None and max_fresh < len(fresh):
+            fresh, queued = _nonempty(fresh[:max_fresh]), fresh[max_fresh:]
+        if fresh is None and kept is None:
+            raise RuntimeError("get_generation_inputs: max_fresh=0 and no kept prompt to continue")
         self.prompts_in_flight = _concat([_with_phase(fresh, SCREEN), _with_phase(kept, CONTINUE)])
-        self.prompts_for_first_generation_phase = self.prompts_for_second_generation_phase = None
+        self.prompts_for_first_generation_phase, self.prompts_for_second_generation_phase = queued, None
         n_fresh, n_kept = _len(fresh), _len(kept)
         self.generation_counts = {
             "screen_prompts": n_fresh,
@@ -265,15 +284,17 @@ class DataController:
             "counters": dict(self._counts),
             "buffers": {name: _to_plain(getattr(self, name)) for name in BUFFERS},
             "memory": None if self.memory is None else self.memory.state_dict(),
+            "screen_history": [list(h) for h in self.screen_history],
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore buffers, counters and the pass-rate memory. n, n_continue, mode and uid_key must match (they
         shape the buffers); train_batch_size, filter_metric and the memory constants are taken from this controller's
         constructor. A checkpoint without memory state (memory off, or a version 1 checkpoint) resumes with an empty
-        memory; memory state in the checkpoint is ignored when this controller's memory is off."""
+        memory; memory state in the checkpoint is ignored when this controller's memory is off. A checkpoint before
+        version 3 has no screening history: the keep-rate estimate starts afresh."""
         version = state.get("version")
-        if version not in (1, STATE_VERSION):
+        if version not in (1, 2, STATE_VERSION):
             raise ValueError(f"load_state_dict: unsupported state version {version!r}")
         mine = {"n": self.n, "n_continue": self.n_continue, "mode": self.mode, "uid_key": self.uid_key}
         if state["config"] != mine:
@@ -289,6 +310,7 @@ class DataController:
                 memory.load_state_dict(state["memory"])
             self.memory = memory
         self._counts = counters
+        self.screen_history = [(int(s), int(k)) for s, k in state.get("screen_history", [])]
         for name in BUFFERS:
             setattr(self, name, _from_plain(state["buffers"][name]))
 
@@ -383,6 +405,7 @@ class DataController:
         keep = screened & (mixed | (self.mode == "plain"))
         self._counts["prompts_screened"] += int(screened.sum())
         self._counts["prompts_kept"] += int(keep.sum())
+        self.screen_history = [*self.screen_history, (int(screened.sum()), int(keep.sum()))][-SCREEN_HISTORY:]
         self._counts["discarded_all_correct"] += int((screened & ~keep & (lo > 0.5)).sum())
         self._counts["discarded_all_wrong"] += int((screened & ~keep & (lo <= 0.5)).sum())
         if self.memory is not None:

@@ -54,6 +54,11 @@ def test_demo_preset_is_valid_and_n_continue_moves_out_of_verls_rollout_config()
         (["curriculum.enable=false", "curriculum.memory.enable=true"], "memory.enable=true needs curriculum.enable"),
         (["curriculum.memory.decay=2"], "memory.decay must be a number"),
         (["+curriculum.memory.typo=1"], "unknown curriculum.memory keys"),
+        (["curriculum.enable=false", "curriculum.auto_gen_batch.enable=true"], "auto_gen_batch.enable=true needs"),
+        (["curriculum.auto_gen_batch.confidence=1.0"], "auto_gen_batch.confidence must be in"),
+        (["curriculum.auto_gen_batch.window=0"], "auto_gen_batch.window must be an int >= 1"),
+        (["curriculum.auto_gen_batch.enable=yes"], "auto_gen_batch.enable must be true or false"),
+        (["+curriculum.auto_gen_batch.cap=64"], "unknown curriculum.auto_gen_batch keys"),
         (["+external_agent.command=python agent.py"], "default_agent_loop is 'single_turn_agent'"),
         (
             [
@@ -97,6 +102,12 @@ def test_pass_rate_memory_setting_reaches_the_controller():
         memory=s.memory,
     )
     assert ctrl.state_dict()["memory"] is not None
+
+
+def test_auto_gen_batch_setting_is_read_with_its_defaults():
+    s = prepare_config(_cfg("curriculum.auto_gen_batch.enable=true", "curriculum.mode=dapo"))
+    assert (s.auto_gen_batch.enable, s.auto_gen_batch.confidence, s.auto_gen_batch.window) == (True, 0.8, 4)
+    assert not prepare_config(_cfg()).auto_gen_batch.enable  # off by default
 
 
 def _screened_all_wrong(ctrl: DataController, n_prompts: int):

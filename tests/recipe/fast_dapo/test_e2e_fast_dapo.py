@@ -13,7 +13,7 @@ from verl_ext.metrics_log import read_jsonl
 pytestmark = pytest.mark.e2e
 
 TRAIN_BATCH, N_SCREEN, N_CONTINUE = 3, 3, 2  # N = 5: no divisibility between n and N
-GEN_BATCH = 5  # 5 x 3 screening rows + 2 per kept prompt: odd unless the memory skips prompts; odd needs a pad row
+GEN_BATCH = 5  # at most 5 x 3 screening rows + 2 per kept prompt: often odd, and odd needs a pad row
 PROMPTS = 10  # two dataloader batches per epoch: the run sees several epochs, so the pass-rate memory acts
 # (the toy set repeats prompts: the 10 rows hold at most 10 distinct ones)
 
@@ -27,6 +27,9 @@ def _overrides(out_dir, steps, save_freq, trainer_cls=None):
         "data.seed=0",  # the same subset after the resume
         "data.val_max_samples=6",
         "curriculum.memory.enable=true",
+        # each call screens what keeps the next batch (at most GEN_BATCH); prompts drawn beyond it wait in the
+        # curriculum's queue, which the checkpoint must carry across the crash
+        "curriculum.auto_gen_batch.enable=true",
         f"actor_rollout_ref.rollout.n={N_SCREEN}",
         f"actor_rollout_ref.rollout.n_continue={N_CONTINUE}",
         "actor_rollout_ref.rollout.agent.num_workers=2",  # the fused batch is split over two agent-loop workers
@@ -106,10 +109,14 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
         # two agent-loop workers: an odd fused batch gets one pad row (the memory's skips make some batches even)
         assert m["curriculum/pad_rows_total"] <= m["curriculum/generation_calls"]
         assert 0 < m["curriculum/memory_prompts"] <= PROMPTS  # one history per prompt of the data set
+        assert 1 <= m["curriculum/screen_prompts_last_call"] <= GEN_BATCH
     assert rows[-1]["curriculum/pad_rows_total"] > 0, "the odd fused batches were padded"
-    # every prompt offered is screened or skipped by the memory; more than one epoch was offered
-    offered = rows[-1]["curriculum/prompts_screened"] + rows[-1]["curriculum/prompts_skipped_by_memory"]
-    assert offered % GEN_BATCH == 0 and offered > PROMPTS
+    # every prompt drawn (whole dataloader batches) is screened, skipped by the memory or still queued: none lost
+    # or drawn twice across the resume; more than one epoch was drawn
+    last = rows[-1]
+    drawn = sum(last[f"curriculum/{k}"] for k in ("prompts_screened", "prompts_skipped_by_memory"))
+    drawn += last["curriculum/prompts_awaiting_screening"]
+    assert drawn % GEN_BATCH == 0 and drawn > PROMPTS
 
     # 3) val_only on the finished run's checkpoint (step 4, whose row exists): validates and stops, the log unchanged
     # (it used to try to log step 4 a second time and fail).
