@@ -178,5 +178,39 @@ def test_speedup_is_the_paired_ratio_of_costs_and_counts_the_runs_that_never_rea
     assert row.ratio.low <= row.ratio.ratio <= row.ratio.high < 1.0
     md = speedup_markdown(VAL, 0.5, "generated tokens", [row])
     assert "| fast / plain | 0.417 |" in md and "| 3/4 | 1 | 0 | 0 |" in md
+    # seed 3 kept with plain at its run total (6 steps x 150 tokens, a lower bound of its cost): an upper bound
+    assert row.censored_bound == "<=" and row.censored_ratio.n == 4
+    assert row.censored_ratio.ratio == pytest.approx(np.mean([200.0] * 4) / np.mean(plain_costs + [900.0]))
+    assert f"| <= {row.censored_ratio.ratio:.3f} [" in md and "(4 pairs) |" in md
     with pytest.raises(KeyError, match="dapo"):
         speedup_table(campaign, VAL, 0.5, TOK, [("fast", "dapo")])
+
+
+def test_censored_runs_bound_the_ratio_from_the_side_that_was_censored():
+    """Reference form: a censored run's cost is its last logged cumulative cost; the bound's direction follows which
+    side was censored, and with censoring on both sides (or none) no bound is claimed."""
+    fast_late = {0: _reach_run(2, 100.0), 1: _reach_run(None, 100.0), 2: _reach_run(4, 100.0)}
+    plain = {s: _reach_run(3, 120.0) for s in range(3)}
+    (row,) = speedup_table({"fast": fast_late, "plain": plain}, VAL, 0.5, TOK, [("fast", "plain")], n_boot=200)
+    fast_bound = [200.0, 600.0, 400.0]  # seed 1 never reached: its 6-step total, less than its true cost
+    assert row.censored_bound == ">=" and row.censored_ratio.n == 3
+    assert row.censored_ratio.ratio == pytest.approx(sum(fast_bound) / (3 * 360.0))
+    assert row.ratio.n == 2 and row.ratio.ratio == pytest.approx(600.0 / 720.0)  # the pairs both reached only
+
+    plain[2] = _reach_run(None, 120.0)  # now each side has a censored pair: no direction, no bound
+    (mixed,) = speedup_table({"fast": fast_late, "plain": plain}, VAL, 0.5, TOK, [("fast", "plain")], n_boot=200)
+    assert (mixed.only_condition, mixed.only_reference, mixed.censored_bound, mixed.censored_ratio) == (1, 1, "", None)
+    assert mixed.ratio.n == 1
+    md = speedup_markdown(VAL, 0.5, "generated tokens", [mixed])
+    assert md.rstrip().endswith("| 1 | 1 | 0 | - |")
+
+    both = {s: _reach_run(2, 100.0) for s in range(3)}
+    (clean,) = speedup_table(
+        {"fast": both, "plain": {s: _reach_run(3, 120.0) for s in range(3)}},
+        VAL,
+        0.5,
+        TOK,
+        [("fast", "plain")],
+        n_boot=200,
+    )
+    assert (clean.censored_bound, clean.censored_ratio) == ("", None)

@@ -17,6 +17,11 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   initial model), the ratio of mean cost to the target with a paired bootstrap CI (stats.paired_ratio_ci), on the
   pairs where both runs reached it; pairs where only one did are counted beside it (their cost to target is not
   known, only bounded by the run's total).
+- The same ratio with those pairs kept: a run that never reached the target cost at least its total (the cost key's
+  last value), so over the pairs where at least one run reached it, with each censored run at its total, the ratio
+  is an upper bound of the true one when only the reference's runs were censored (the reference really cost more) and
+  a lower bound when only the condition's were. Dropping the pairs instead would drop exactly the seeds on which the
+  censored arm struggled. When both sides have censored runs the value bounds nothing and is not given.
 """
 
 from __future__ import annotations
@@ -188,6 +193,10 @@ class SpeedupRow:
     only_reference: int  # pairs where only the reference reached it
     neither: int
     ratio: RatioResult  # mean cost of the condition / of the reference, over the pairs where both reached it
+    # Over the pairs where at least one reached it, censored runs at their total: "<=" the ratio is an upper bound
+    # (only the reference's runs were censored), ">=" a lower bound, "" none or both sides censored (no bound).
+    censored_bound: str = ""
+    censored_ratio: RatioResult | None = None
 
 
 def speedup_table(
@@ -202,18 +211,39 @@ def speedup_table(
         reach = {(c, s): first_reach(campaign[c][s], key, target, [cost_key]) for c in (cond, ref) for s in seeds}
         both = [s for s in seeds if reach[cond, s] and reach[ref, s]]
         costs = [(reach[cond, s].costs[cost_key], reach[ref, s].costs[cost_key]) for s in both]
+        only_cond = sum(1 for s in seeds if reach[cond, s] and not reach[ref, s])
+        only_ref = sum(1 for s in seeds if reach[ref, s] and not reach[cond, s])
+        bound, censored = "", None
+        if bool(only_cond) != bool(only_ref):  # one side censored: its totals bound the ratio in one direction
+            bound = "<=" if only_cond else ">="
+            either = [s for s in seeds if reach[cond, s] or reach[ref, s]]
+            censored = paired_ratio_ci(
+                [_cost_or_total(reach[cond, s], campaign[cond][s], cost_key) for s in either],
+                [_cost_or_total(reach[ref, s], campaign[ref][s], cost_key) for s in either],
+                n_boot=n_boot,
+            )
         rows.append(
             SpeedupRow(
                 cond,
                 ref,
                 len(seeds),
-                sum(1 for s in seeds if reach[cond, s] and not reach[ref, s]),
-                sum(1 for s in seeds if reach[ref, s] and not reach[cond, s]),
+                only_cond,
+                only_ref,
                 sum(1 for s in seeds if not reach[cond, s] and not reach[ref, s]),
                 paired_ratio_ci([a for a, _ in costs], [b for _, b in costs], n_boot=n_boot),
+                bound,
+                censored,
             )
         )
     return rows
+
+
+def _cost_or_total(hit: Reach | None, records: Records, cost_key: str) -> float:
+    """The cost to the target, or for a run that never reached it the run's total: a lower bound of that cost."""
+    if hit is not None:
+        return hit.costs[cost_key]
+    total = final_value(records, cost_key)
+    return 0.0 if total is None else total
 
 
 # ---------------------------------------------------------------- markdown
@@ -272,13 +302,21 @@ def speedup_markdown(key: str, target: float, cost_label: str, rows: Sequence[Sp
         f"Cost ratio to reach `{key}` >= {target:.3f} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
         "condition is cheaper)",
         "",
-        "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither |",
-        "|---|---|---|---|---|---|---|",
+        "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither | "
+        "censored runs at their total: bound [95% CI] |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        ci = f"[{r.ratio.low:.3f}, {r.ratio.high:.3f}]" if math.isfinite(r.ratio.low) else "-"
+        bound = "-"
+        if r.censored_ratio is not None:
+            c = r.censored_ratio
+            bound = f"{r.censored_bound} {_num(c.ratio)} {_ci(c)} ({c.n} pairs)"
         lines.append(
-            f"| {r.condition} / {r.reference} | {_num(r.ratio.ratio)} | {ci} | {r.ratio.n}/{r.pairs} | "
-            f"{r.only_condition} | {r.only_reference} | {r.neither} |"
+            f"| {r.condition} / {r.reference} | {_num(r.ratio.ratio)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
+            f"{r.only_condition} | {r.only_reference} | {r.neither} | {bound} |"
         )
     return "\n".join(lines)
+
+
+def _ci(r: RatioResult) -> str:
+    return f"[{r.low:.3f}, {r.high:.3f}]" if math.isfinite(r.low) else "-"
