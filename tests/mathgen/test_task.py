@@ -1,0 +1,198 @@
+"""The generated math task: determinism, disjoint splits, the verl schema, round-robin balance, the difficulty knob,
+argument checks, the constant-answer baseline, the CLI, and every gold answer graded by the project's real reward."""
+
+import math
+import random
+from collections import Counter
+from decimal import Decimal
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from data_preprocess.dedup import ProblemRow
+from data_preprocess.verl_schema import verl_table
+from verl_ext.mathgen import task
+from verl_ext.reward.math_reward import compute_score
+
+NUM = len(task.MODULES)
+
+
+def test_same_seed_same_rows_other_seed_other_rows_and_callers_random_state_is_kept(tmp_path):
+    random.seed(123)
+    np.random.seed(123)
+    expected_py, expected_np = random.random(), np.random.random()
+    random.seed(123)
+    np.random.seed(123)
+    a = task.write_split(tmp_path / "a.parquet", size=90, seed=5, split="train")
+    assert (random.random(), np.random.random()) == (expected_py, expected_np)
+    random.seed(7)  # another caller state: the rows must not depend on it
+    np.random.seed(7)
+    b = task.write_split(tmp_path / "b.parquet", size=90, seed=5, split="train")
+    c = task.write_split(tmp_path / "c.parquet", size=90, seed=6, split="train")
+    assert pd.read_parquet(a).to_json() == pd.read_parquet(b).to_json()
+    assert task.questions(a) != task.questions(c)
+
+
+def test_train_and_validation_are_disjoint_full_size_and_balanced(tmp_path):
+    # At -0.5 the question pool is small enough that validation, drawn alone from its seed, repeats train questions.
+    train, val = task.write_task(tmp_path, train_size=270, val_size=45, seed=0, difficulty=-0.5)
+    train_q, val_q = task.questions(train), task.questions(val)
+    assert len(train_q) == len(set(train_q)) == 270 and len(val_q) == len(set(val_q)) == 45
+    assert not set(train_q) & set(val_q)
+    assert set(task.module_counts(val).values()) == {45 // NUM}
+    alone = task.sample_items(45, seed=task.split_seeds(0)[1], difficulty=-0.5)
+    assert set(train_q) & {it.question for it in alone}  # so the disjointness above was work, not luck
+    # The skip itself: questions in `exclude` are never drawn, others are drawn in their place.
+    seen = {it.question for it in alone}
+    redrawn = task.sample_items(45, seed=task.split_seeds(0)[1], difficulty=-0.5, exclude=seen)
+    assert len({it.question for it in redrawn} - seen) == 45
+
+
+def test_schema_matches_verl_rows_and_reads_back_with_the_expected_types(tmp_path):
+    path = task.write_split(tmp_path / "t.parquet", size=20, seed=1, split="val")
+    reference = verl_table([ProblemRow("1+1", "2", "", 0)], "x", "val", use_chat_template=True).schema
+    schema = pq.read_schema(path)
+    assert schema.names == reference.names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    for name in ("data_source", "prompt", "ability", "reward_model"):
+        assert schema.field(name).type == reference.field(name).type, name
+    df = pd.read_parquet(path)
+    for i, row in df.iterrows():
+        info = row["extra_info"]
+        assert set(info) == {"split", "index", "module", "question"}
+        assert info["split"] == "val" and info["index"] == i and isinstance(info["index"], int)
+        assert row["data_source"] == "mathgen/" + info["module"]
+        assert row["ability"] == "math"
+        (message,) = row["prompt"]
+        assert message["role"] == "user"
+        assert message["content"] == info["question"] + " " + task.INSTRUCTION
+        assert row["reward_model"]["style"] == "rule"
+        assert isinstance(row["reward_model"]["ground_truth"], str) and row["reward_model"]["ground_truth"]
+
+
+def test_modules_come_round_robin_in_the_given_order(tmp_path):
+    path = task.write_split(tmp_path / "t.parquet", size=2 * NUM + 4, seed=2, split="train")
+    sources = list(pd.read_parquet(path)["data_source"])
+    assert sources == [task.data_source(task.MODULES[i % NUM]) for i in range(len(sources))]
+    counts = Counter(sources).values()
+    assert max(counts) - min(counts) <= 1
+    chosen = (("numbers", "place_value"), ("arithmetic", "mul"))
+    items = task.sample_items(5, seed=0, difficulty=0.0, modules=chosen)
+    assert [it.module for it in items] == [chosen[0], chosen[1], chosen[0], chosen[1], chosen[0]]
+
+
+def test_difficulty_bands_are_the_generators_thirds_shifted_and_floored():
+    from mathematics_dataset.generate import _make_entropy_fn  # the generator's own easy / medium / hard
+
+    for level, difficulty in enumerate((0, 1 / 3, 2 / 3)):
+        for train_range in ((3, 10), (4, 16)):
+            assert task.entropy_band(train_range, difficulty) == pytest.approx(_make_entropy_fn(level, 3)(train_range))
+    assert task.entropy_band((3, 10), task.DEFAULT_DIFFICULTY) == pytest.approx((1, 3))
+    assert task.entropy_band((4, 16), task.DEFAULT_DIFFICULTY) == pytest.approx((1, 4))
+    assert task.entropy_band((3, 10), -1) == task.entropy_band((4, 16), -1) == (1, 1)
+
+
+def _mean_abs_integer_answer(difficulty: float) -> float:
+    arithmetic = [m for m in task.MODULES if m[0] in ("arithmetic", "algebra")]
+    items = task.sample_items(60 * len(arithmetic), seed=0, difficulty=difficulty, modules=arithmetic)
+    ints = [abs(int(it.answer)) for it in items if it.answer.lstrip("-").isdigit()]
+    return sum(ints) / len(ints)
+
+
+def _mean_question_length(difficulty: float) -> float:
+    items = task.sample_items(30 * NUM, seed=0, difficulty=difficulty)
+    return sum(len(it.question) for it in items) / len(items)
+
+
+def test_answers_and_questions_grow_with_difficulty():
+    grid = (-0.5, task.DEFAULT_DIFFICULTY, 0.0, 1 / 3)
+    sizes = [_mean_abs_integer_answer(d) for d in grid]
+    lengths = [_mean_question_length(d) for d in grid]
+    assert sizes == sorted(sizes) and len(set(sizes)) == len(sizes), sizes
+    assert lengths == sorted(lengths) and len(set(lengths)) == len(lengths), lengths
+
+
+def test_the_default_has_short_small_number_questions():
+    items = task.sample_items(20 * NUM, seed=0, difficulty=task.DEFAULT_DIFFICULTY)
+    by_module = {m: [it.question for it in items if it.module == m] for m in task.MODULES}
+    assert any(q.startswith("Calculate") and len(q) < 20 for q in by_module[("arithmetic", "add_or_sub")])
+    assert sum(len(it.question) for it in items) / len(items) < 40
+    ints = [abs(int(it.answer)) for it in items if it.answer.lstrip("-").isdigit()]
+    assert sum(i < 10 for i in ints) / len(ints) > 0.75  # mostly one-digit integer answers
+
+
+SORT = ("comparison", "sort")
+
+
+def _plus_one(number: str) -> str:
+    if "/" in number:
+        return str(Fraction(number) + 1)
+    return str(Decimal(number) + 1)
+
+
+def _right_and_wrong(item: task.Item) -> tuple[list[str], list[str]]:
+    """Answers that must score 1 and answers that must score 0. A number: itself / itself + 1. A sorted list: the
+    gold and the bare list a model would write / the reversed list and the list with its first entry + 1."""
+    if item.module != SORT:
+        return [item.answer], [_plus_one(item.answer)]
+    parts = item.answer.strip("()").split(", ")
+    assert len(parts) >= 3
+    return [item.answer, ", ".join(parts)], [", ".join(reversed(parts)), ", ".join([_plus_one(parts[0])] + parts[1:])]
+
+
+@pytest.mark.parametrize("difficulty", [task.DEFAULT_DIFFICULTY, 0.0])
+def test_every_gold_answer_is_graded_right_and_a_wrong_one_wrong_by_the_real_reward(difficulty):
+    items = task.sample_items(20 * NUM, seed=11, difficulty=difficulty)
+    failures = []
+    for it in items:
+        right, wrong = _right_and_wrong(it)
+        for answer, expected in [(a, 1.0) for a in right] + [(a, 0.0) for a in wrong]:
+            got = compute_score(task.data_source(it.module), f"So \\boxed{{{answer}}}", it.answer)
+            if got["score"] != expected or got["timeout"]:
+                failures.append((it.question, it.answer, answer, got))
+    assert not failures, failures[:5]
+
+
+@pytest.mark.parametrize("bad", [1.5, -1.01, math.nan, math.inf, "0", None, True])
+def test_bad_difficulty_is_refused_naming_the_argument(bad, tmp_path):
+    with pytest.raises(ValueError, match="difficulty"):
+        task.write_split(tmp_path / "t.parquet", size=3, seed=0, split="train", difficulty=bad)
+    assert not (tmp_path / "t.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "modules", [(("polynomials", "expand"),), (("arithmetic", "mul"), ("nope", "x")), (), (("arithmetic", "mul"),) * 2]
+)
+def test_unknown_or_malformed_modules_are_refused_naming_the_argument(modules, tmp_path):
+    with pytest.raises(ValueError, match="modules"):
+        task.write_split(tmp_path / "t.parquet", size=3, seed=0, split="train", difficulty=0.0, modules=modules)
+
+
+def test_bad_size_and_seed_and_an_exhausted_module_are_refused():
+    with pytest.raises(ValueError, match="size"):
+        task.sample_items(-1, seed=0, difficulty=0.0)
+    with pytest.raises(ValueError, match="seed"):
+        task.sample_items(3, seed=-1, difficulty=0.0)
+    # At the floor, place_value knows only a dozen questions ("What is the units digit of 7?").
+    with pytest.raises(ValueError, match="numbers__place_value"):
+        task.sample_items(40, seed=0, difficulty=-1.0, modules=[("numbers", "place_value")])
+
+
+def test_constant_answer_baseline_is_the_most_frequent_truth_and_no_constant_beats_it(tmp_path):
+    path = task.write_split(tmp_path / "t.parquet", size=90, seed=3, split="val")
+    truths = [r["ground_truth"] for r in pd.read_parquet(path)["reward_model"]]
+    counts = Counter(truths)
+    top = max(counts.values())
+    answer, acc = task.constant_answer_baseline(path)
+    assert acc == top / len(truths) and answer == min(t for t, c in counts.items() if c == top)
+    assert top > 1  # small answers repeat across modules: the baseline is not trivially 1/len
+
+
+def test_cli_writes_both_splits_and_prints_counts_and_baselines(tmp_path, capsys):
+    task.main([str(tmp_path / "out"), "--train-size", "27", "--val-size", "9", "--seed", "1", "--difficulty", "0"])
+    out = capsys.readouterr().out
+    assert (tmp_path / "out" / "train.parquet").exists() and (tmp_path / "out" / "val.parquet").exists()
+    assert "mathgen/arithmetic__add_or_sub" in out and out.count("best constant answer") == 2
+    assert len(pd.read_parquet(tmp_path / "out" / "val.parquet")) == 9

@@ -1,0 +1,325 @@
+"""A generated math task for a small pretrained instruct model, from DeepMind's ``mathematics_dataset`` 1.0.1.
+
+What: short school-arithmetic questions (``What is -3 + 5?``, ``Solve -4*s - 5 + 21 = 0 for s.``) from nine of
+the generator's modules (``MODULES``), balanced round-robin, written as verl RLHFDataset parquet (one user chat
+message: the question, one space, ``INSTRUCTION``), graded by the project's math reward
+(``verl_ext.reward.math_reward``) against the generator's own answer. ``data_source`` is
+``mathgen/<module>__<submodule>``, so verl's validation metrics come out per module.
+
+Why: a 135M instruct model (SmolLM2-135M-Instruct) scores 0/144 on the generator's ``train-easy`` setting, so a
+run from it has no prompt with a mixed pass rate and RL has no signal. The task needs one- and two-digit questions,
+where such a model is sometimes right, next to harder ones it never gets, so the starting pass-rate distribution
+holds all-wrong, mixed and all-right prompts.
+
+The knob, ``difficulty`` in [-1, 1]: each generator module draws an entropy (about log10 of how many values a
+number is drawn from) uniformly from a range; its ``train`` split spans (lo, hi) (e.g. (3, 10) for ``mul``,
+(4, 16) for ``add_or_sub``) and ``train-easy/medium/hard`` are its thirds. Here the range is a band of the same
+width (a third of hi - lo) starting at ``lo + difficulty * (hi - lo)``: difficulty 0, 1/3 and 2/3 are exactly
+train-easy, -medium and -hard, 1 is a third beyond the train range, and negative values shift the band below
+train-easy. Both ends are clipped at ``MIN_ENTROPY`` = 1 (one decimal digit), the generator's own floor: every
+module raises each number's entropy to at least 1 (``max(1, ...)``), so below 1 only ``place_value`` would still
+change, to a handful of distinct one-digit questions. Difficulty -1 is therefore the floor for every module.
+Nothing crashes anywhere in [-1, 1] (checked over 100 draws per module at entropies -1 to 20).
+
+``DEFAULT_DIFFICULTY`` = -1/3, the band just below train-easy (it ends where train-easy starts): entropy 1 to 3
+for most modules, 1 to 4 for ``add_or_sub``. Questions average 27 characters (``Calculate -1 + 2.``, ``Divide 4 by
+4.``, ``What is the units digit of 18?``, ``Solve -2*q - 6 = 2 for q.``) and about 84% of the integer answers are
+one-digit (76% at train-easy, 46% at train-medium). Some modules stay hard for a 135M model at any setting
+(``mixed`` chains fractions, ``round_number`` rounds to 10**-7 .. 10**6 whatever the entropy, ``div`` answers
+non-integer quotients as fractions, ``add_or_sub``/``mul`` use decimals half the time), which supplies the
+all-wrong prompts next to the one-digit ones. Lower settings run out of distinct questions: at -1/3 ``place_value``
+yields 2,400 to 2,800 distinct questions (train splits up to 18,000 rows work), at -0.5 fewer than 200 (a 2048-row
+split then raises ValueError).
+
+Ground truth: ``str(answer)`` of the generator (``-2676``, ``-4/5``, ``0.000002``), except ``comparison__sort``,
+whose answer list is written as a tuple ``(-4, -0.5, -0.01)``: math_verify reads a bare ``-4, -0.5, -0.01`` as a
+set, so the wrongly ordered list would score 1 (checked: ``5, -2/9, -2`` scored 1 against gold ``-2, -2/9, 5``).
+Against the tuple, the bare list in the right order still scores 1 and any other order 0. No module had to be
+dropped for its answers (tests/mathgen/test_task.py checks every gold and a wrong answer per item with the real
+reward). Questions or answers longer than the generator's own limits (160 / 30 characters) are redrawn, as its
+``generate.py`` does.
+
+Baselines: the best constant answer (``constant_answer_baseline``) at the default, seed 0: ``1`` passes 5.3% of
+the 2048-row train split, ``0`` 6.6% of the 256-row validation split (4.5% of train at difficulty 0); a policy that
+ignores the question cannot do better.
+
+Regenerate: ``python -m verl_ext.mathgen.task OUT_DIR [--train-size 2048 --val-size 256 --seed 0 --difficulty D]``
+(default D = -1/3) writes ``OUT_DIR/train.parquet`` and ``OUT_DIR/val.parquet`` and prints per-module counts and the
+baselines. Output is identical for identical arguments (in any process: see ``compat``'s ``symbol_order``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# (module, submodule) of mathematics_dataset's `train` generators, in the round-robin order of the rows.
+MODULES: tuple[tuple[str, str], ...] = (
+    ("arithmetic", "add_or_sub"),
+    ("arithmetic", "add_sub_multiple"),
+    ("arithmetic", "mul"),
+    ("arithmetic", "div"),
+    ("arithmetic", "mixed"),
+    ("numbers", "place_value"),
+    ("numbers", "round_number"),
+    ("comparison", "sort"),
+    ("algebra", "linear_1d"),
+)
+DATA_SOURCE_PREFIX = "mathgen/"
+INSTRUCTION = "Give the final answer in \\boxed{}."
+DIFFICULTY_RANGE = (-1.0, 1.0)
+DEFAULT_DIFFICULTY = -1 / 3  # the third just below train-easy: ends where train-easy starts
+BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium / hard thirds
+MIN_ENTROPY = 1.0  # the generator's own per-number floor (see the module docstring)
+MAX_DRAWS_PER_ROW = 1000  # draws for one new distinct question before giving up on a module
+_TUPLE_ANSWERS = frozenset({("comparison", "sort")})
+
+
+@dataclass(frozen=True)
+class Item:
+    """One generated question: the (module, submodule) it came from, the question text, the ground truth."""
+
+    module: tuple[str, str]
+    question: str
+    answer: str
+
+
+def module_name(module: tuple[str, str]) -> str:
+    """``arithmetic__add_or_sub``: the generator's own flattened name (its ``generate.py``)."""
+    return f"{module[0]}__{module[1]}"
+
+
+def data_source(module: tuple[str, str]) -> str:
+    return DATA_SOURCE_PREFIX + module_name(module)
+
+
+def prompt_text(question: str) -> str:
+    return f"{question} {INSTRUCTION}"
+
+
+def check_difficulty(difficulty: float) -> float:
+    """The difficulty as a float, or ValueError naming the argument (out of range, not finite, not a number)."""
+    if isinstance(difficulty, bool) or not isinstance(difficulty, (int, float)):
+        raise ValueError(f"difficulty must be a number in {list(DIFFICULTY_RANGE)}, got {difficulty!r}")
+    lo, hi = DIFFICULTY_RANGE
+    if not (math.isfinite(difficulty) and lo <= difficulty <= hi):
+        raise ValueError(f"difficulty must be in {list(DIFFICULTY_RANGE)}, got {difficulty!r}")
+    return float(difficulty)
+
+
+def check_modules(modules: Iterable[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    """The modules as a tuple of (module, submodule) pairs, or ValueError naming the argument: only the generators
+    in MODULES are known to import, run and be graded correctly here."""
+    out = tuple(tuple(m) for m in modules)
+    if not out:
+        raise ValueError("modules must name at least one (module, submodule) pair")
+    unknown = [m for m in out if m not in MODULES]
+    if unknown:
+        raise ValueError(f"modules: unknown {unknown}; choose from {list(MODULES)}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"modules: each (module, submodule) at most once, got {list(out)}")
+    return out  # type: ignore[return-value]
+
+
+def entropy_band(train_range: tuple[float, float], difficulty: float) -> tuple[float, float]:
+    """The entropy range a generator draws from at this difficulty (see the module docstring)."""
+    lo, hi = train_range
+    start = lo + difficulty * (hi - lo)
+    return max(MIN_ENTROPY, start), max(MIN_ENTROPY, start + BAND_WIDTH * (hi - lo))
+
+
+def generators(difficulty: float, modules: Sequence[tuple[str, str]] = MODULES) -> dict[tuple[str, str], Callable]:
+    """The zero-argument problem generators for these modules at this difficulty."""
+    from verl_ext.mathgen.compat import import_modules
+
+    difficulty = check_difficulty(difficulty)
+    modules = check_modules(modules)
+    tree = import_modules().train(lambda train_range: entropy_band(train_range, difficulty))
+    return {m: tree[m[0]][m[1]] for m in modules}
+
+
+def ground_truth(module: tuple[str, str], answer) -> str:
+    """The reward's ground truth for a generator answer (a tuple for sort answers: see the module docstring)."""
+    text = str(answer).strip()
+    return f"({text})" if module in _TUPLE_ANSWERS else text
+
+
+def _within_limits(question: str, answer: str) -> bool:
+    from mathematics_dataset import generate_settings
+
+    return len(question) <= generate_settings.MAX_QUESTION_LENGTH and len(answer) <= generate_settings.MAX_ANSWER_LENGTH
+
+
+def sample_items(
+    size: int,
+    seed: int,
+    difficulty: float,
+    modules: Sequence[tuple[str, str]] = MODULES,
+    exclude: Iterable[str] = (),
+) -> list[Item]:
+    """``size`` items, row i from ``modules[i % len(modules)]``, no question twice and none in ``exclude``.
+
+    Deterministic for a seed: python's ``random`` and ``np.random`` (the generator's only randomness) are seeded
+    here and restored to their previous state afterwards, so callers' random streams are untouched."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"size must be an integer >= 0, got {size!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    gens = generators(difficulty, modules)
+    order = list(gens)
+    seen = set(exclude)
+    items: list[Item] = []
+    py_state, np_state = random.getstate(), np.random.get_state()
+    try:
+        random.seed(seed)
+        np.random.seed(seed)
+        for i in range(size):
+            module = order[i % len(order)]
+            items.append(_draw_new(gens[module], module, seen, difficulty))
+            seen.add(items[-1].question)
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+    return items
+
+
+def _draw_new(generate: Callable, module: tuple[str, str], seen: set[str], difficulty: float) -> Item:
+    for _ in range(MAX_DRAWS_PER_ROW):
+        problem = generate()
+        question, answer = str(problem.question).strip(), ground_truth(module, problem.answer)
+        if question not in seen and _within_limits(question, answer):
+            return Item(module, question, answer)
+    raise ValueError(
+        f"size: {module_name(module)} gave no new question in {MAX_DRAWS_PER_ROW} draws at difficulty "
+        f"{difficulty}; ask for fewer rows or a higher difficulty"
+    )
+
+
+def items_table(items: Sequence[Item], split: str):
+    """The rows in verl's RLHFDataset schema (the columns of ``data_preprocess/verl_schema.py``)."""
+    import pyarrow as pa
+
+    n = len(items)
+    return pa.table(
+        {
+            "data_source": pa.array([data_source(it.module) for it in items], pa.string()),
+            "prompt": pa.array(
+                [[{"role": "user", "content": prompt_text(it.question)}] for it in items],
+                pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
+            ),
+            "ability": pa.array(["math"] * n, pa.string()),
+            "reward_model": pa.array(
+                [{"style": "rule", "ground_truth": it.answer} for it in items],
+                pa.struct([("style", pa.string()), ("ground_truth", pa.string())]),
+            ),
+            "extra_info": pa.array(
+                [
+                    {"split": split, "index": i, "module": module_name(it.module), "question": it.question}
+                    for i, it in enumerate(items)
+                ],
+                pa.struct(
+                    [
+                        ("split", pa.string()),
+                        ("index", pa.int64()),
+                        ("module", pa.string()),
+                        ("question", pa.string()),
+                    ]
+                ),
+            ),
+        }
+    )
+
+
+def write_split(
+    path,
+    size: int,
+    seed: int,
+    split: str,
+    difficulty: float = DEFAULT_DIFFICULTY,
+    modules: Sequence[tuple[str, str]] = MODULES,
+    exclude: Iterable[str] = (),
+) -> str:
+    """Write one split (``sample_items`` as parquet) and return its path."""
+    import pyarrow.parquet as pq
+
+    table = items_table(sample_items(size, seed, difficulty, modules, exclude), split)
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def split_seeds(seed: int) -> tuple[int, int]:
+    """Train and validation seeds: 2*seed and 2*seed + 1, disjoint for every task seed, not only this one."""
+    return 2 * seed, 2 * seed + 1
+
+
+def questions(path) -> list[str]:
+    import pandas as pd
+
+    return [info["question"] for info in pd.read_parquet(path, columns=["extra_info"])["extra_info"]]
+
+
+def write_task(
+    out_dir, train_size: int, val_size: int, seed: int = 0, difficulty: float = DEFAULT_DIFFICULTY
+) -> tuple[str, str]:
+    """``out_dir/train.parquet`` and ``out_dir/val.parquet`` -> their paths. Validation is drawn from its own seed
+    and skips every train question (drawing another in its place, so it keeps its size and its round-robin
+    balance): the two files are disjoint as sets of questions. Skipping removes the most probable questions
+    (``What is 1 + 2?``) from validation more often than the rare ones, so validation is slightly harder than
+    train; the constant-answer baselines of both are printed by the CLI."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
+    train_seed, val_seed = split_seeds(seed)
+    train_path = write_split(os.path.join(out_dir, "train.parquet"), train_size, train_seed, "train", difficulty)
+    val_path = write_split(
+        os.path.join(out_dir, "val.parquet"), val_size, val_seed, "val", difficulty, exclude=questions(train_path)
+    )
+    return train_path, val_path
+
+
+def constant_answer_baseline(path) -> tuple[str, float]:
+    """The best constant answer on a data set and its accuracy: the most frequent ground truth and its share.
+    A policy that ignores the prompt cannot do better on that set."""
+    import pandas as pd
+
+    truths = pd.read_parquet(path)["reward_model"].map(lambda r: str(r["ground_truth"]).strip())
+    counts = truths.value_counts()
+    best = sorted(counts[counts == counts.max()].index)[0]  # ties: the smallest, so the result is reproducible
+    return best, float(counts.max() / len(truths))
+
+
+def module_counts(path) -> Counter:
+    import pandas as pd
+
+    return Counter(pd.read_parquet(path, columns=["data_source"])["data_source"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Write the mathgen task (train.parquet, val.parquet) to OUT_DIR.")
+    p.add_argument("out_dir")
+    p.add_argument("--train-size", type=int, default=2048)
+    p.add_argument("--val-size", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--difficulty", type=float, default=DEFAULT_DIFFICULTY, help="in [-1, 1]; 0 = train-easy")
+    args = p.parse_args(argv)
+    paths = write_task(args.out_dir, args.train_size, args.val_size, args.seed, args.difficulty)
+    for split, path in zip(("train", "val"), paths):
+        counts = module_counts(path)
+        print(f"{split}: {path} ({sum(counts.values())} rows)")
+        for source in sorted(counts):
+            print(f"  {source:40s} {counts[source]}")
+        answer, acc = constant_answer_baseline(path)
+        print(f"  best constant answer {answer!r}: accuracy {acc:.4f}")
+
+
+if __name__ == "__main__":
+    main()
