@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from verl_ext.campaign.summary import (
+    cost_band,
     cost_table,
     expand_keys,
     final_table,
@@ -150,6 +151,8 @@ def test_report_cli_on_real_logs(tmp_path, campaign):
     assert "| base | 0/3 | - | - | - |" in md
     assert "Final `critic/score/mean`" in md and "sepa_lambda" not in md  # default keys: only those logged
     assert (out / "demo" / "report.png").stat().st_size > 10000
+    assert (out / "demo" / "report_tokens.png").stat().st_size > 10000
+    assert f"[report] {out / 'demo' / 'report_tokens.png'}" in res.stdout
     assert "never_ran_s0" in res.stdout  # runs without a log are named
     bad = subprocess.run(cmd + ["--keys", "no/such/*"], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode != 0 and "no/such/*" in bad.stderr
@@ -214,3 +217,87 @@ def test_censored_runs_bound_the_ratio_from_the_side_that_was_censored():
         n_boot=200,
     )
     assert (clean.censored_bound, clean.censored_ratio) == ("", None)
+
+
+def test_first_reach_reads_the_cost_of_the_last_row_that_logged_it():
+    """A row without the cost keys (a recovered row) costs what the last earlier row logged."""
+    recs = [{"step": 0, VAL: 0.0}, {"step": 1, TOK: 100, TIME: 3.0}, {"step": 2, VAL: 0.9}, {"step": 3, TOK: 250}]
+    assert first_reach(recs, VAL, 0.5, [TOK, TIME]) == first_reach(recs[:3], VAL, 0.5, [TOK, TIME])
+    assert first_reach(recs, VAL, 0.5, [TOK, TIME]).costs == {TOK: 100.0, TIME: 3.0}
+
+
+def test_cost_band_interpolates_every_seed_onto_the_range_they_all_reached(campaign):
+    # base seeds 0, 1, 3: validation at steps 0, 5, 10 = tokens 0, 5000 (1 + seed), 10000 (1 + seed)
+    band = cost_band(campaign["base"], VAL, TOK, points=11)
+    assert band.n == 3 and band.x == pytest.approx(np.linspace(0, 10000, 11))  # seed 0 ends first, at 10000
+    by_hand = []
+    for seed in (0, 1, 3):
+        xs = [0, 5000 * (1 + seed), 10000 * (1 + seed)]
+        ys = [0.1 + 0.01 * seed, 0.2 + 0.01 * seed, 0.3 + 0.01 * seed]
+        by_hand.append(np.interp(band.x, xs, ys))
+    assert band.mean == pytest.approx(np.mean(by_hand, axis=0).tolist())
+    assert band.std == pytest.approx(np.std(by_hand, axis=0, ddof=1).tolist())
+    # against time (2 s a step for every seed) the seeds share their x: the band is the step band, stretched
+    t = cost_band(campaign["base"], VAL, TIME, points=3)
+    assert t.x == [0.0, 10.0, 20.0]
+    assert t.mean == pytest.approx(seed_band(campaign["base"], VAL).mean)
+    assert cost_band(campaign["base"], VAL, "no/such_key") == cost_band({}, VAL, TOK)
+    assert cost_band({}, VAL, TOK).x == [] and cost_band({}, VAL, TOK).n == 0
+    single = cost_band({0: campaign["fast"][0]}, VAL, TOK, points=2)
+    assert single.n == 1 and single.std == [0.0, 0.0]
+
+
+def test_report_draws_the_target_key_against_tokens_and_time(tmp_path, campaign, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from verl_ext.campaign import report
+
+    saved = {}
+    real_savefig = Figure.savefig
+
+    def savefig(fig, path, *a, **k):
+        saved[Path(path).name] = fig
+        return real_savefig(fig, path, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    (tmp_path / "spec.yaml").write_text(
+        "name: demo\nentry: fake_entry\nconditions: {base: [], fast: []}\nseeds: [0, 1, 2, 3]\n"
+    )
+    out = tmp_path / "out"
+    for cond, runs in campaign.items():
+        for seed, recs in runs.items():
+            w = JsonlMetricsWriter(out / "demo" / f"{cond}_s{seed}" / "metrics.jsonl")
+            for r in recs:
+                w.log(r["step"], {k: v for k, v in r.items() if k != "step"})
+            w.close()
+    assert report.main([str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25"]) == 0
+    fig = saved["report_tokens.png"]
+    tok_ax, time_ax = fig.axes  # one panel per cost key
+    assert TOK in tok_ax.get_xlabel() and TIME in time_ax.get_xlabel() and tok_ax.get_title() == VAL
+    # every run's validation points at its cumulative tokens: fast seed 2 validates at steps 0, 5, 10
+    xs = [list(line.get_xdata()) for line in tok_ax.get_lines() if line.get_linestyle() == "None"]
+    assert [0.0, 15000.0, 30000.0] in xs and len(xs) == 5  # 3 base + 2 fast runs
+    target = [line for line in tok_ax.get_lines() if line.get_label() == "target 0.25"]
+    assert len(target) == 1 and list(target[0].get_ydata()) == [0.25, 0.25]
+    assert {"report.png", "report_tokens.png"} <= set(saved)
+
+
+def test_cost_curves_leave_out_a_cost_key_no_run_logged(tmp_path, campaign, monkeypatch):
+    """A recipe that logs no generated tokens (the Composer) gets the time panel only; with neither, no file."""
+    from matplotlib.figure import Figure
+
+    from verl_ext.campaign.report import plot_cost_curves
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k)))
+    no_tokens = {
+        c: {s: [{k: v for k, v in r.items() if k != TOK} for r in recs] for s, recs in runs.items()}
+        for c, runs in campaign.items()
+    }
+    costs = {TOK: "generated tokens", TIME: "training time (s)"}
+    out = plot_cost_curves(no_tokens, VAL, costs, tmp_path / "t.png")
+    assert out == tmp_path / "t.png" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [ax.get_xlabel() for ax in saved[0].axes] == [f"training time (s) ({TIME})"]
+    assert plot_cost_curves(no_tokens, VAL, {TOK: "generated tokens"}, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists() and len(saved) == 1

@@ -71,3 +71,81 @@ def test_references_are_drawn_on_validation_panels_only(tmp_path, monkeypatch):
     flat = [line for line in val_ax.get_lines() if line.get_label() == "constant answer"]
     assert len(flat) == 1 and list(flat[0].get_ydata()) == [0.18, 0.18]
     assert not [line for line in loss_ax.get_lines() if line.get_label() == "constant answer"]
+
+
+# ---------------------------------------------------------------- x = cumulative generated tokens / training time
+TOK, TIME, VAL = "curriculum/tokens_generated", "time/train_total_s", "val-core/t/acc/mean@1"
+# Tokens generated and seconds spent in each training step 1-5; step 4's row is a recovered one without either key.
+STEP_TOKENS = {1: 120, 2: 180, 3: 50, 5: 400}
+STEP_SECONDS = {1: 2.5, 2: 3.0, 3: 1.5, 5: 4.0}
+
+
+def _cost_log(path):
+    """Validation before training (step 0, no cost keys) and at steps 2, 4, 5; the cost keys are cumulative, as the
+    trainers write them (step 4 lacks them: its x is step 3's)."""
+    rows, tok, sec = [(0, {VAL: 0.1})], 0, 0.0
+    for s in range(1, 6):
+        m = {"critic/score/mean": s / 10}
+        if s in STEP_TOKENS:
+            tok, sec = tok + STEP_TOKENS[s], sec + STEP_SECONDS[s]
+            m |= {TOK: tok, TIME: sec}
+        if s in (2, 4, 5):
+            m[VAL] = 0.1 * s
+        rows.append((s, m))
+    return _log(path, rows)
+
+
+def test_cumulative_at_steps_carries_the_last_value_and_starts_at_zero():
+    from verl_ext.metrics_log.plot import cumulative_at_steps
+
+    records = [{"step": 0}, {"step": 1, "k": 5.0}, {"step": 2}, {"step": 3, "k": 9.0}]
+    assert cumulative_at_steps(records, "k") == {0: 0.0, 1: 5.0, 2: 5.0, 3: 9.0}
+    assert cumulative_at_steps([{"step": 1}, {"step": 2, "k": 3.0}], "k") == {2: 3.0}  # none before the first value
+    assert cumulative_at_steps(list(reversed(records)), "k") == {0: 0.0, 1: 5.0, 2: 5.0, 3: 9.0}
+
+
+def test_series_against_tokens_and_time_are_the_cumulative_counts_by_hand(tmp_path):
+    from verl_ext.metrics_log import read_jsonl
+
+    records = read_jsonl(_cost_log(tmp_path / "r" / "metrics.jsonl"))
+    # by hand: tokens after steps 0..5 = 0, 120, 300, 350, 350 (recovered row: step 3's), 750
+    assert metric_series(records, VAL, x="tokens") == ([0.0, 300.0, 350.0, 750.0], [0.1, 0.2, 0.4, 0.5])
+    assert metric_series(records, VAL, x="time") == ([0.0, 5.5, 7.0, 11.0], [0.1, 0.2, 0.4, 0.5])
+    xs, ys = metric_series(records, "critic/score/mean", x="tokens")
+    assert xs == [120.0, 300.0, 350.0, 350.0, 750.0] and ys == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert metric_series(records, VAL) == ([0, 2, 4, 5], [0.1, 0.2, 0.4, 0.5])  # the default stays x = step
+    with pytest.raises(ValueError, match="x must be one of"):
+        metric_series(records, VAL, x="wall")
+
+
+def test_cli_x_tokens_draws_every_panel_against_cumulative_tokens(tmp_path, monkeypatch, capsys):
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k)))
+    log = _cost_log(tmp_path / "r" / "metrics.jsonl")
+    out = tmp_path / "tok.png"
+    main([str(log), "--keys", VAL, "critic/score/mean", "--out", str(out), "--x", "tokens"])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "wrote" in capsys.readouterr().out
+    (fig,) = saved
+    assert len(fig.axes) == 2  # one panel per key
+    val_ax, score_ax = fig.axes
+    assert val_ax.get_xlabel() == score_ax.get_xlabel() == "generated tokens"
+    assert list(val_ax.get_lines()[0].get_xdata()) == [0.0, 300.0, 350.0, 750.0]
+    assert list(score_ax.get_lines()[0].get_xdata()) == [120.0, 300.0, 350.0, 350.0, 750.0]
+
+    main([str(log), "--keys", VAL, "--out", str(tmp_path / "time.png"), "--x", "time"])
+    assert len(saved[1].axes) == 1 and saved[1].axes[0].get_xlabel() == "training time (s)"
+    assert list(saved[1].axes[0].get_lines()[0].get_xdata()) == [0.0, 5.5, 7.0, 11.0]
+    with pytest.raises(SystemExit):
+        main([str(log), "--keys", VAL, "--out", str(tmp_path / "x.png"), "--x", "wall"])
+
+
+def test_x_tokens_needs_every_run_to_have_logged_tokens(tmp_path):
+    with_tokens = _cost_log(tmp_path / "a" / "metrics.jsonl")
+    without = _log(tmp_path / "b" / "metrics.jsonl", [(s, {VAL: 0.1 * s, TIME: 2.0 * s}) for s in (1, 2)])
+    with pytest.raises(KeyError, match=r"curriculum/tokens_generated.*\['b'\]"):
+        plot_runs([with_tokens, without], [VAL], tmp_path / "c.png", x="tokens")
+    data = plot_runs([with_tokens, without], [VAL], tmp_path / "c.png", x="time")  # both logged the time
+    assert data["b"][VAL] == ([2.0, 4.0], [0.1, 0.2])

@@ -1,4 +1,4 @@
-"""Campaign report: per-condition mean curves with seed bands (one PNG) and markdown tables of the final step and of
+"""Campaign report: per-condition mean curves with seed bands (two PNGs) and markdown tables of the final step and of
 the cost to reach a target accuracy, read from the runs' JSONL metric logs.
 
     .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
@@ -7,10 +7,14 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
         [--speedup fast:plain fast:dapo]
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
-std) and <out-root>/<name>/report.md (also printed), ready to paste into a README. Keys are fnmatch patterns; the
-default set is drawn for whichever of its keys the runs logged (train reward, validation accuracy, responses per
-training group, keep rate, SEPA lambda); an explicit --keys pattern that matches nothing is an error. The baseline
-is the spec's first condition unless --baseline is given. Runs without a metrics log yet are listed and left out.
+std, against the training step), <out-root>/<name>/report_tokens.png (the target key against cumulative generated
+tokens and against cumulative training time, the --tokens-key and --time-key of the cost table: per condition the
+seeds' mean and +- one std on a common grid of the x the seeds all reached, each run's own points beside it, and the
+target as a dashed line; summary.cost_band says how) and <out-root>/<name>/report.md (also printed), ready to paste
+into a results page. Keys are fnmatch patterns; the default set is drawn for whichever of its keys the runs logged
+(train reward, validation accuracy, responses per training group, keep rate, SEPA lambda); an explicit --keys
+pattern that matches nothing is an error. The baseline is the spec's first condition unless --baseline is given.
+Runs without a metrics log yet are listed and left out.
 The statistics are in verl_ext/campaign/summary.py and stats.py.
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from verl_ext.campaign.spec import CampaignSpec
@@ -26,17 +30,20 @@ from verl_ext.campaign.summary import (
     TIME_KEY,
     TOKENS_KEY,
     Campaign,
+    cost_band,
     cost_markdown,
     cost_table,
     expand_keys,
     final_markdown,
     final_table,
+    logs_key,
     resolve_target,
     seed_band,
     speedup_markdown,
     speedup_table,
 )
 from verl_ext.metrics_log.jsonl import read_jsonl
+from verl_ext.metrics_log.plot import points_against
 
 DEFAULT_KEYS = [
     "critic/score/mean",  # train reward
@@ -114,6 +121,60 @@ def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: 
     return out
 
 
+def plot_cost_curves(
+    campaign: Campaign,
+    key: str,
+    cost_keys: Mapping[str, str],
+    out: str | Path,
+    target: float | None = None,
+    title: str = "",
+) -> Path | None:
+    """`key` against each cumulative cost key ({key: axis label}), one panel each: per condition the band of
+    summary.cost_band (mean +- one std over the seeds on the x range they all reached) and every run's own points.
+    Cost keys no run logged get no panel, runs that did not log one have no points on its panel; None (nothing
+    written) when no panel is left."""
+    from verl_ext.metrics_log.plot import require_matplotlib
+
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on cluster nodes
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    logged = [c for c in cost_keys if any(logs_key(recs, c) for runs in campaign.values() for recs in runs.values())]
+    if not logged:
+        return None
+    fig, axes = plt.subplots(1, len(logged), figsize=(5.2 * len(logged), 3.6), squeeze=False)
+    for ax, cost_key in zip(axes.flat, logged):
+        for cond, runs in campaign.items():
+            b = cost_band(runs, key, cost_key)
+            color, label = None, f"{cond} (n={len(runs)})"
+            if b.x:
+                mean, std = np.asarray(b.mean), np.asarray(b.std)
+                color = ax.plot(b.x, mean, lw=1.5, label=label)[0].get_color()
+                ax.fill_between(b.x, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+            for recs in runs.values():
+                _, xs, values = points_against(recs, key, cost_key) if logs_key(recs, cost_key) else ([], [], [])
+                if xs:
+                    kw = {"label": label} if color is None else {"color": color}
+                    color = ax.plot(xs, values, ls="none", marker="o", ms=2.5, alpha=0.5, **kw)[0].get_color()
+        if target is not None:
+            ax.axhline(target, color="gray", ls="--", lw=1, label=f"target {target:.3g}")
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel(f"{cost_keys[cost_key]} ({cost_key})", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def build_markdown(
     campaign: Campaign,
     keys: Sequence[str],
@@ -178,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cost-to-target ratios of COND over REF, paired by seed, with bootstrap CIs (e.g. fast:plain fast:dapo)",
     )
     p.add_argument("--png", help="default <out-root>/<name>/report.png")
+    p.add_argument("--cost-png", help="default <out-root>/<name>/report_tokens.png")
     p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
     args = p.parse_args(argv)
 
@@ -217,6 +279,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     png = plot_bands(
         campaign, keys, args.png or out_dir / "report.png", title=f"{spec.name}: mean ± std over seeds {seeds}"
     )
+    cost_png = None
+    if target_key is not None:
+        goal = resolve_target(campaign, target_key, args.target, target_frac)
+        cost_png = plot_cost_curves(
+            campaign,
+            target_key,
+            {args.tokens_key: "generated tokens", args.time_key: "training time (s)"},
+            args.cost_png or out_dir / "report_tokens.png",
+            target=goal,
+            title=f"{spec.name}: mean ± std over seeds {seeds} (points: each run)",
+        )
     md_path = Path(args.markdown or out_dir / "report.md")
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(md)
@@ -224,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"[report] runs without a metrics log, left out: {missing}")
     print(f"[report] {png}\n[report] {md_path}")
+    if cost_png is not None:
+        print(f"[report] {cost_png}")
     return 0
 
 

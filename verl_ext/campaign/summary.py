@@ -9,10 +9,12 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   Welch's two-sided p-value (and optionally a bootstrap CI of the difference): verl_ext/campaign/stats.py.
 - Cost to reach a target: the first step at which a run's target metric (validation accuracy) is >= target, and the
   value of each cumulative cost key at that step (generated tokens ``curriculum/tokens_generated``, training wall
-  time ``time/train_total_s``, both carried across resumes by the trainers). Reached at step 0 (validation before
-  training) costs 0. The target is absolute, or a fraction of the best condition's mean final value, so conditions
-  are compared at the same accuracy: "how much did it take to get there", the figure of merit of curriculum sampling
-  (SPEED-RL reports its speed-up this way). Runs that never reach it are counted, not averaged.
+  time ``time/train_total_s``, both carried across resumes by the trainers; the keys and the value at a step,
+  ``cumulative_at_steps``, are those of the metric plots' token and time axes, verl_ext/metrics_log/plot.py).
+  Reached at step 0 (validation before training) costs 0. The target is absolute, or a fraction of the best
+  condition's mean final value, so conditions are compared at the same accuracy: "how much did it take to get
+  there", the figure of merit of curriculum sampling (SPEED-RL reports its speed-up this way). Runs that never reach
+  it are counted, not averaged.
 - Speed-up of a condition over a reference: over the seeds both ran (a seed pairs the runs: same prompt order and
   initial model), the ratio of mean cost to the target with a paired bootstrap CI (stats.paired_ratio_ci), on the
   pairs where both runs reached it; pairs where only one did are counted beside it (their cost to target is not
@@ -22,6 +24,12 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   is an upper bound of the true one when only the reference's runs were censored (the reference really cost more) and
   a lower bound when only the condition's were. Dropping the pairs instead would drop exactly the seeds on which the
   censored arm struggled. When both sides have censored runs the value bounds nothing and is not given.
+- A band against a cumulative cost (the report's accuracy-vs-tokens and -vs-time panels): seeds validate at different
+  token counts and times, so there is no common x to average at. Each run's points (x = the cost key at the step,
+  as above) are joined by straight lines and read on a common grid of x values from 0 to the smallest of the runs'
+  last x, the range every seed covers; mean and sample std over the seeds at each grid point. Linear between two
+  validations is an assumption, and the runs' own points beyond that range are not in the band: the report draws
+  every run's points beside the band.
 """
 
 from __future__ import annotations
@@ -31,17 +39,24 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from verl_ext.campaign.stats import RatioResult, Summary, bootstrap_diff_ci, paired_ratio_ci, summarize, welch_t_test
+from verl_ext.metrics_log.plot import TIME_KEY as TIME_KEY  # re-exported: the cost keys are the plots' x axes
+from verl_ext.metrics_log.plot import TOKENS_KEY as TOKENS_KEY
+from verl_ext.metrics_log.plot import cumulative_at_steps, points_against
 
 Records = Sequence[Mapping]
 Campaign = Mapping[str, Mapping[int, Records]]  # condition -> seed -> records
 
-TOKENS_KEY = "curriculum/tokens_generated"
-TIME_KEY = "time/train_total_s"
-
 
 def _finite(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+
+
+def logs_key(records: Records, key: str) -> bool:
+    """Whether any of a run's records has a finite value of ``key``."""
+    return any(_finite(r.get(key)) for r in records)
 
 
 def expand_keys(patterns: Sequence[str], campaign: Campaign, required: bool) -> list[str]:
@@ -122,23 +137,44 @@ class Reach:
 
 def first_reach(records: Records, key: str, target: float, cost_keys: Sequence[str]) -> Reach | None:
     """The first step with ``key`` >= target and each cost key's cumulative value there (see module docstring)."""
-    ordered = sorted(records, key=lambda r: r["step"])
-    last: dict[str, float] = {}
-    for r in ordered:
-        for c in cost_keys:
-            if _finite(r.get(c)):
-                last[c] = float(r[c])
+    at = {c: cumulative_at_steps(records, c) for c in cost_keys}
+    for r in sorted(records, key=lambda r: r["step"]):
         if _finite(r.get(key)) and r[key] >= target:
-            if r["step"] == 0:
-                return Reach(0, {c: 0.0 for c in cost_keys})
-            missing = [c for c in cost_keys if c not in last]
+            step = int(r["step"])
+            missing = [c for c in cost_keys if step not in at[c]]
             if missing:
                 raise KeyError(
-                    f"cost keys {missing} not logged by step {r['step']}; is this the right --tokens-key / "
+                    f"cost keys {missing} not logged by step {step}; is this the right --tokens-key / "
                     "--time-key for this recipe?"
                 )
-            return Reach(int(r["step"]), {c: last[c] for c in cost_keys})
+            return Reach(step, {c: at[c][step] for c in cost_keys})
     return None
+
+
+@dataclass(frozen=True)
+class CostBand:
+    x: list[float]  # the common grid of cumulative cost values
+    mean: list[float]
+    std: list[float]  # sample std over the seeds (0 for a single seed)
+    n: int  # seeds in the band
+
+
+def cost_band(runs: Mapping[int, Records], key: str, cost_key: str, points: int = 100) -> CostBand:
+    """``key`` against cumulative ``cost_key``, mean and std over the seeds on a common grid (module docstring): each
+    run interpolated linearly between its points, the grid from 0 to the smallest last x of the runs with a point.
+    Runs that never logged ``cost_key`` are left out. Empty when no run has a point or the runs share no range."""
+    curves = [points_against(recs, key, cost_key)[1:] for recs in runs.values() if logs_key(recs, cost_key)]
+    curves = [(xs, ys) for xs, ys in curves if xs]
+    if not curves:
+        return CostBand([], [], [], 0)
+    lo = max(min(xs) for xs, _ in curves)
+    hi = min(max(xs) for xs, _ in curves)
+    if hi < lo:
+        return CostBand([], [], [], 0)
+    grid = np.linspace(lo, hi, points) if hi > lo else np.asarray([lo])
+    ys = np.stack([np.interp(grid, *zip(*sorted(zip(xs, vals)))) for xs, vals in curves])
+    std = ys.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros(len(grid))
+    return CostBand(grid.tolist(), ys.mean(axis=0).tolist(), std.tolist(), len(curves))
 
 
 def resolve_target(campaign: Campaign, key: str, target: float | None, target_frac: float | None) -> float:

@@ -1,13 +1,22 @@
-"""Metric curves from JSONL metric logs: one panel per metric, one line per run, x = training step.
+"""Metric curves from JSONL metric logs: one panel per metric, one line per run, x = training step, cumulative
+generated tokens or cumulative training time.
 
     python -m verl_ext.metrics_log.plot RUN_A/metrics.jsonl [RUN_B/metrics.jsonl ...] \
-        --keys critic/score/mean val-core/toy_copy_digit/acc/mean@1 --out curves.png [--ema 0.6]
+        --keys critic/score/mean val-core/toy_copy_digit/acc/mean@1 --out curves.png [--ema 0.6] [--x tokens]
 
 Runs are labelled by their directory name unless --labels is given. Steps where a metric is absent or null (e.g.
 validation metrics between test_freq steps, or a nan) are skipped, so sparse metrics are drawn as markers joined by
 lines. `--ema` overlays an exponential moving average (weight of the past) on noisy per-step metrics. Trainers that
 set `trainer.plot_keys` write `<metrics log stem>.png` next to the log when the run ends (verl_ext/trainer).
 Needs matplotlib (the `plot` extra).
+
+The x axis (`--x`, X_AXES): `step` (the row's training step), `tokens` (TOKENS_KEY: the tokens generated so far,
+counted by fast DAPO's curriculum controller in all three modes, plain and dapo included; other recipes do not log
+it) or `time` (TIME_KEY: the training loop's wall time so far, generation, checkpoints and the validations during
+training included, the validation before training not). Both are cumulative, written on every training step's row
+and carried across resumes by the trainers. A step's x is that key's value on the step's row, or on the last earlier
+row that has it (`cumulative_at_steps`); step 0 (validation before training) is at 0. The campaign report's cost to
+a target (verl_ext/campaign/summary.py) reads the same keys through the same function.
 """
 
 from __future__ import annotations
@@ -19,19 +28,68 @@ from pathlib import Path
 
 from verl_ext.metrics_log.jsonl import read_jsonl
 
-Series = tuple[list[int], list[float]]
+Series = tuple[list[float], list[float]]  # (x, values); x are ints for x = step
+
+TOKENS_KEY = "curriculum/tokens_generated"  # cumulative generated tokens (response tokens, pad rows excluded)
+TIME_KEY = "time/train_total_s"  # cumulative wall time of the training loop in seconds (see the module docstring)
+X_AXES = {"step": None, "tokens": TOKENS_KEY, "time": TIME_KEY}  # --x choice -> the cumulative key it reads
+X_LABELS = {"step": "step", "tokens": "generated tokens", "time": "training time (s)"}
 
 
-def metric_series(records: Sequence[dict], key: str) -> Series:
-    """(steps, values) of one metric: records without the key, or with a null / non-numeric value, are skipped."""
-    steps, values = [], []
+def _finite(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+
+
+def cumulative_at_steps(records: Sequence[Mapping], key: str) -> dict[int, float]:
+    """{step: the cumulative `key` at that step} for every row's step: the value on the row, else on the last earlier
+    row that logged it (a row may lack it, e.g. a recovered row); step 0, validation before training, is 0. Steps
+    before the first logged value (other than 0) have none."""
+    out: dict[int, float] = {}
+    last = None
+    for r in sorted(records, key=lambda r: r["step"]):
+        step = int(r["step"])
+        if _finite(r.get(key)):
+            last = float(r[key])
+        if step == 0:
+            out[0] = 0.0
+        elif last is not None:
+            out[step] = last
+    return out
+
+
+def points_against(
+    records: Sequence[Mapping], key: str, x_key: str | None
+) -> tuple[list[int], list[float], list[float]]:
+    """(steps, x values, values) of one metric's finite values, in row order: x is the step (x_key None) or the
+    cumulative `x_key` at the step (`cumulative_at_steps`; a step before its first value is skipped)."""
+    at = None if x_key is None else cumulative_at_steps(records, x_key)
+    steps, xs, values = [], [], []
     for r in records:
         v = r.get(key)
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        if not _finite(v):
             continue
-        steps.append(int(r["step"]))
+        step = int(r["step"])
+        if at is not None and step not in at:
+            continue
+        steps.append(step)
+        xs.append(step if at is None else at[step])
         values.append(float(v))
-    return steps, values
+    return steps, xs, values
+
+
+def x_key(x: str) -> str | None:
+    """The cumulative key an x-axis choice reads (None: the step)."""
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
+    return X_AXES[x]
+
+
+def metric_series(records: Sequence[Mapping], key: str, x: str = "step") -> Series:
+    """(x values, values) of one metric: records without the key, or with a null / non-numeric value, are skipped;
+    x = "step" gives the steps, "tokens" / "time" the cumulative generated tokens / training time at each of those
+    steps (module docstring)."""
+    _, xs, values = points_against(records, key, x_key(x))
+    return xs, values
 
 
 def ema(values: Sequence[float], weight: float) -> list[float]:
@@ -69,9 +127,11 @@ def plot_runs(
     labels: Sequence[str] | None = None,
     ema_weight: float | None = None,
     references: Mapping[str, float] | None = None,
+    x: str = "step",
 ) -> dict[str, dict[str, Series]]:
-    """Draw `keys` of each run's log into one PNG at `out`; returns {label: {key: (steps, values)}} as plotted.
+    """Draw `keys` of each run's log into one PNG at `out`; returns {label: {key: (x values, values)}} as plotted.
 
+    `x`: "step", "tokens" or "time" (X_AXES); a run that never logged the x key is an error naming it.
     `references` ({label: value}, e.g. a constant-answer baseline) are drawn as dashed horizontal lines on the
     validation panels (keys starting with `val-`). A key that no run has is an error (a typo would otherwise give an
     empty panel)."""
@@ -86,34 +146,41 @@ def plot_runs(
     labels = list(labels) if labels else [Path(p).parent.name or str(p) for p in paths]
     if len(labels) != len(paths):
         raise ValueError(f"{len(labels)} labels for {len(paths)} runs")
-    data = {label: {k: metric_series(read_jsonl(p), k) for k in keys} for label, p in zip(labels, paths)}
+    xk = x_key(x)
+    logs = {label: read_jsonl(p) for label, p in zip(labels, paths)}
+    if xk is not None:
+        without = [label for label, recs in logs.items() if not any(_finite(r.get(xk)) for r in recs)]
+        if without:
+            raise KeyError(f"x={x} reads {xk!r}, which runs {without} never logged")
+    points = {label: {k: points_against(recs, k, xk) for k in keys} for label, recs in logs.items()}
+    data = {label: {k: (p[1], p[2]) for k, p in by_key.items()} for label, by_key in points.items()}
     absent = [k for k in keys if not any(data[label][k][0] for label in labels)]
     if absent:
         raise KeyError(
             f"no run logged {absent}; logged keys include e.g. "
-            f"{sorted(set().union(*(r.keys() for r in read_jsonl(paths[0]))))[:12]}"
+            f"{sorted(set().union(*(r.keys() for r in logs[labels[0]])))[:12]}"
         )
     cols = min(len(keys), 3)
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
         for label in labels:
-            steps, values = data[label][key]
+            steps, xs, values = points[label][key]
             if not steps:
                 continue
             sparse = len(steps) < 0.5 * (steps[-1] - steps[0] + 1)
             line = ax.plot(
-                steps, values, marker="o" if sparse else None, ms=3, lw=1, alpha=0.4 if ema_weight else 1.0, label=label
+                xs, values, marker="o" if sparse else None, ms=3, lw=1, alpha=0.4 if ema_weight else 1.0, label=label
             )[0]
             if ema_weight:
-                ax.plot(steps, ema(values, ema_weight), color=line.get_color(), lw=1.8)
+                ax.plot(xs, ema(values, ema_weight), color=line.get_color(), lw=1.8)
         if key.startswith("val-"):
             for name, value in (references or {}).items():
                 ax.axhline(value, color="gray", ls="--", lw=1, label=name)
             if references:
                 ax.legend(fontsize=7)
         ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
+        ax.set_xlabel(X_LABELS[x])
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
@@ -134,8 +201,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--out", required=True, help="PNG path")
     p.add_argument("--labels", nargs="+")
     p.add_argument("--ema", type=float, default=None, help="EMA weight in [0, 1) for a smoothed overlay")
+    p.add_argument(
+        "--x",
+        choices=list(X_AXES),
+        default="step",
+        help=f"x axis: the training step, cumulative generated tokens ({TOKENS_KEY}) or training time ({TIME_KEY})",
+    )
     args = p.parse_args(argv)
-    plot_runs(args.logs, args.keys, args.out, args.labels, args.ema)
+    plot_runs(args.logs, args.keys, args.out, args.labels, args.ema, x=args.x)
     print(f"wrote {args.out}")
 
 
