@@ -65,9 +65,12 @@ def test_schema_matches_verl_rows_and_reads_back_with_the_expected_types(tmp_pat
         assert info["split"] == "val" and info["index"] == i and isinstance(info["index"], int)
         assert row["data_source"] == "mathgen/" + info["module"]
         assert row["ability"] == "math"
-        (message,) = row["prompt"]
+        *shown, message = row["prompt"]
+        assert [dict(m) for m in shown] == [dict(m) for m in task.DEMONSTRATION]
+        assert [m["role"] for m in shown] == ["user", "assistant"] and "\\boxed{4}" in shown[1]["content"]
         assert message["role"] == "user"
         assert message["content"] == info["question"] + " " + task.INSTRUCTION
+        assert info["question"] not in shown[0]["content"]
         assert row["reward_model"]["style"] == "rule"
         assert isinstance(row["reward_model"]["ground_truth"], str) and row["reward_model"]["ground_truth"]
 

@@ -1,9 +1,9 @@
 """A generated math task for a small pretrained instruct model, from DeepMind's ``mathematics_dataset`` 1.0.1.
 
-What: short school-arithmetic questions (``What is -3 + 5?``, ``Solve -4*s - 5 + 21 = 0 for s.``) from nine of
-the generator's modules (``MODULES``), balanced round-robin, written as verl RLHFDataset parquet (one user chat
-message: the question, one space, ``INSTRUCTION``), graded by the project's math reward
-(``verl_ext.reward.math_reward``) against the generator's own answer. ``data_source`` is
+What: short school-arithmetic questions (``What is -3 + 5?``, ``Solve -4*s - 5 + 21 = 0 for s.``) from nine of the
+generator's modules (``MODULES``), balanced round-robin, written as verl RLHFDataset parquet (a one-shot chat prompt:
+``DEMONSTRATION``, one worked exchange, then a user message with the question, one space, ``INSTRUCTION``), graded by
+the project's math reward (``verl_ext.reward.math_reward``) against the generator's own answer. ``data_source`` is
 ``mathgen/<module>__<submodule>``, so verl's validation metrics come out per module.
 
 Why: a 135M instruct model (SmolLM2-135M-Instruct) scores 0/144 on the generator's ``train-easy`` setting, so a
@@ -73,6 +73,14 @@ MODULES: tuple[tuple[str, str], ...] = (
 )
 DATA_SOURCE_PREFIX = "mathgen/"
 INSTRUCTION = "Give the final answer in \\boxed{}."
+# One worked exchange before the question (a one-shot chat demonstration). SmolLM2-135M-Instruct almost never writes
+# \boxed{} from the instruction alone (8 questions x 16 samples: 12% boxed and 0 right at T 0.7, 20% and 0 at T 1.0);
+# after this exchange 54% boxed and 28% right at T 1.0, per question 0 to 13 of 16: all-wrong, mixed and all-right
+# prompts, which RL needs. Its question is phrased unlike every generator module, so it is never a task question.
+DEMONSTRATION = (
+    {"role": "user", "content": f"What is 2 + 2? {INSTRUCTION}"},
+    {"role": "assistant", "content": "2 + 2 = 4. The final answer is \\boxed{4}."},
+)
 DIFFICULTY_RANGE = (-1.0, 1.0)
 DEFAULT_DIFFICULTY = -1 / 3  # the third just below train-easy: ends where train-easy starts
 BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium / hard thirds
@@ -101,6 +109,11 @@ def data_source(module: tuple[str, str]) -> str:
 
 def prompt_text(question: str) -> str:
     return f"{question} {INSTRUCTION}"
+
+
+def prompt_messages(question: str) -> list[dict[str, str]]:
+    """The chat prompt of one row: ``DEMONSTRATION``, then the question with ``INSTRUCTION``."""
+    return [*(dict(m) for m in DEMONSTRATION), {"role": "user", "content": prompt_text(question)}]
 
 
 def check_difficulty(difficulty: float) -> float:
@@ -210,7 +223,7 @@ def items_table(items: Sequence[Item], split: str):
         {
             "data_source": pa.array([data_source(it.module) for it in items], pa.string()),
             "prompt": pa.array(
-                [[{"role": "user", "content": prompt_text(it.question)}] for it in items],
+                [prompt_messages(it.question) for it in items],
                 pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
             ),
             "ability": pa.array(["math"] * n, pa.string()),

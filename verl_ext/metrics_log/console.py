@@ -14,6 +14,10 @@ from collections.abc import Mapping
 
 COMPACT_BACKEND = "compact"
 VAL_ACC_PATTERN = "val-core/*/acc/mean@1"
+# Validation over every data source together, logged when the validation set has several (verl logs one key per
+# data source only; verl_ext/trainer/ppo_trainer.py adds this one).
+ALL_SOURCES = "all"
+VAL_ACC_ALL = f"val-core/{ALL_SOURCES}/acc/mean@1"
 # (label, metric key, format) of the per-step line, in order; a metric the step did not log is left out.
 COLUMNS = (
     ("reward", "critic/score/mean", "{:.3f}"),
@@ -23,7 +27,10 @@ COLUMNS = (
 
 
 def val_accuracy(metrics: Mapping) -> float | None:
-    """The step's validation accuracy (the first `val-core/*/acc/mean@1` key, in sorted order), if it validated."""
+    """The step's validation accuracy, if it validated: over all data sources (`VAL_ACC_ALL`) when logged, else the
+    first `val-core/*/acc/mean@1` key in sorted order (a validation set of one data source)."""
+    if _finite(metrics.get(VAL_ACC_ALL)):
+        return float(metrics[VAL_ACC_ALL])
     for key in sorted(metrics):
         v = metrics[key]
         if fnmatch.fnmatchcase(key, VAL_ACC_PATTERN) and _finite(v):

@@ -1,6 +1,7 @@
 """Run a verl TaskRunner from a driver process and leave the machine clean afterwards (Ray down; on the CPU backend,
 leaked vLLM shared-memory segments unlinked). Used by the recipes' `main.py` entry points, which also register the
-`${tiny_assets:...}` resolver here so that `verl_ext.toy` is imported only when a config (the cpu_demo preset) uses it.
+`${tiny_assets:...}`, `${smollm2:...}` and `${mathgen:...}` resolvers here, so that the packages behind them load only
+when a config (a preset) uses them.
 """
 
 from __future__ import annotations
@@ -14,10 +15,36 @@ def _tiny_assets(what: str, difficulty: str = "flat") -> str | float:
     return resolve(what, difficulty)
 
 
+def _smollm2(what: str = "model") -> str:
+    """`${smollm2:model}`: SmolLM2-135M-Instruct converted to a float32 HF directory (built on first use)."""
+    if what != "model":
+        raise ValueError(f"${{smollm2:{what}}}: the only choice is model")
+    from verl_ext.pretrained.smollm2 import ensure_smollm2
+
+    return str(ensure_smollm2())
+
+
+def _mathgen(what: str) -> str | float:
+    """`${mathgen:train|val|root|baseline}`: the generated math task at its default parameters (written on first
+    use); baseline is the best constant answer's accuracy on the validation split."""
+    from verl_ext.mathgen.cache import ensure_task
+    from verl_ext.mathgen.task import constant_answer_baseline
+
+    choices = ("train", "val", "root", "baseline")
+    if what not in choices:
+        raise ValueError(f"${{mathgen:{what}}}: choose one of {list(choices)}")
+    root = ensure_task()
+    if what == "baseline":
+        return constant_answer_baseline(root / "val.parquet")[1]
+    return str(root if what == "root" else root / f"{what}.parquet")
+
+
 def register_lazy_resolvers() -> None:
-    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets; the toy package loads on first use only."""
-    if not OmegaConf.has_resolver("tiny_assets"):
-        OmegaConf.register_new_resolver("tiny_assets", _tiny_assets)
+    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets, `${smollm2:model}` and
+    `${mathgen:train|val|root|baseline}` for the real-model presets; each package loads on first use only."""
+    for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
 
 
 def run(config: DictConfig, task_runner_class=None) -> None:

@@ -61,7 +61,14 @@ from verl.utils.skip.skip_manager import SkipManager
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
-from verl_ext.metrics_log.console import COMPACT_BACKEND, check_baseline, compact_line, run_summary, val_accuracy
+from verl_ext.metrics_log.console import (
+    ALL_SOURCES,
+    COMPACT_BACKEND,
+    check_baseline,
+    compact_line,
+    run_summary,
+    val_accuracy,
+)
 from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
@@ -632,6 +639,16 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         """verl's asynchronous checkpoint saves finish here (worker groups that have them)."""
         if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
             self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=blocking)
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
+        """verl's per-data-source validation metrics, and with several data sources the same metrics over all of
+        them (`val-core/all/...`: each sample weighs the same), which the console line and summary report."""
+        metrics = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
+        if len(set(np.asarray(data_sources).tolist())) > 1:
+            pooled = np.full(len(data_sources), ALL_SOURCES, dtype=object)
+            overall = super()._val_metrics_update(pooled, sample_uids, reward_extra_infos_dict, [])
+            metrics.update({k: v for k, v in overall.items() if f"/{ALL_SOURCES}/" in k})
+        return metrics
 
     def _note_val(self, metrics: dict) -> None:
         val = val_accuracy(metrics)

@@ -1,0 +1,56 @@
+"""The generated task's train/validation parquet, written once per parameter set into the project's cache.
+
+``ensure_task(TaskSpec(...))`` returns a directory holding ``train.parquet`` and ``val.parquet`` (``task.write_task``)
+and ``DONE``; the directory name hashes every parameter and ``DATA_VERSION``, and the files are written in a temporary
+directory renamed into place, so a changed task or an interrupted write is never served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from verl_ext.mathgen.task import DEFAULT_DIFFICULTY, write_task
+from verl_ext.toy.assets import DEFAULT_CACHE
+
+DATA_VERSION = 1  # bump when the rows change for the same parameters (prompt, instruction, answer format)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The generated task's parameters (``python -m verl_ext.mathgen.task --help`` describes each)."""
+
+    train_size: int = 2048
+    val_size: int = 256
+    seed: int = 0
+    difficulty: float = DEFAULT_DIFFICULTY
+
+    def key(self) -> str:
+        params = {**asdict(self), "data_version": DATA_VERSION}
+        return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def ensure_task(spec: TaskSpec | None = None, cache_dir: str | Path | None = None) -> Path:
+    spec = spec or TaskSpec()
+    root = Path(cache_dir) if cache_dir else DEFAULT_CACHE
+    final = root / f"mathgen-{spec.key()}"
+    if (final / "DONE").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-mathgen-", dir=root))
+    try:
+        write_task(tmp, spec.train_size, spec.val_size, seed=spec.seed, difficulty=spec.difficulty)
+        (tmp / "spec.json").write_text(json.dumps(asdict(spec), indent=1))
+        (tmp / "DONE").write_text("ok\n")
+        try:
+            tmp.rename(final)
+        except OSError:  # another process won the race; its copy is identical
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
