@@ -4,6 +4,7 @@ verl or vLLM that changes the behaviour turns these red instead of leaving a sta
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import re
 import socket
 import time
@@ -60,8 +61,38 @@ def test_fsdp_engines_are_registered_for_cpu():
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl
 
-    assert EngineRegistry.get_engine_cls("language_model", "fsdp2") is transformer_impl.FSDPEngineWithLMHead
-    assert EngineRegistry.get_engine_cls("value_model", "fsdp2") is transformer_impl.FSDPEngineWithValueHead
+    lm = EngineRegistry.get_engine_cls("language_model", "fsdp2")
+    value = EngineRegistry.get_engine_cls("value_model", "fsdp2")
+    assert lm.__mro__[1] is transformer_impl.FSDPEngineWithLMHead and lm.__name__ == "CPUFSDPEngineWithLMHead"
+    assert value.__mro__[1] is transformer_impl.FSDPEngineWithValueHead
+
+
+def test_ray_gives_its_workers_one_thread_and_the_cpu_engine_takes_every_core():
+    """Ray sets OMP_NUM_THREADS=1 in a worker started with num_cpus=1, as verl starts its FSDP workers: torch then
+    computes on one core. The CPU engine classes call `use_all_cores` when built. Fails when Ray stops doing so
+    (then the override can go) or when the override stops working."""
+    import ray
+
+    from verl_ext.cpu import shims
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=2, include_dashboard=False)
+    try:
+
+        @ray.remote(num_cpus=1)
+        def threads():
+            import torch
+
+            before = (os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads())
+            return before, shims.use_all_cores(), torch.get_num_threads()
+
+        (omp, before), n, after = ray.get(threads.remote())
+    finally:
+        if started_here:
+            ray.shutdown()
+    assert (omp, before) == ("1", 1), "Ray no longer pins its workers to one thread"
+    assert n == after == shims.cpu_threads() >= 1
 
 
 def test_platform_is_cpu_and_device_module_answers_every_call_verl_makes():

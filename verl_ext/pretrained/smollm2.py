@@ -44,7 +44,7 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 END_OF_TURN = "<|im_end|>"  # the chat template's end of a turn: eos and pad
 BEGIN_OF_TURN = "<|im_start|>"
 # Bump when the conversion changes: part of the cache directory's name, so an old copy is never reused.
-CONVERT_VERSION = 1
+CONVERT_VERSION = 2
 WHEEL_ENV = "VERL_EXT_SMOLLM2_WHEEL"
 _HASHED_MAX_BYTES = 64 << 20  # files up to this size are hashed in the manifest; larger ones are checked by size
 
@@ -138,6 +138,9 @@ def convert(gguf: Path, out: Path) -> None:
     tok.eos_token = END_OF_TURN
     tok.pad_token = END_OF_TURN
     tok.bos_token = BEGIN_OF_TURN
+    # The GGUF tokenizer asks for WordPiece's clean-up of spaces before punctuation, which transformers ignores for
+    # BPE with a warning in every process that decodes; off, decoding is the exact inverse of encoding.
+    tok.clean_up_tokenization_spaces = False
     eos, bos = tok.convert_tokens_to_ids(END_OF_TURN), tok.convert_tokens_to_ids(BEGIN_OF_TURN)
     model.config.eos_token_id = eos
     model.config.pad_token_id = eos
