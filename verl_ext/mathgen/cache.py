@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from verl_ext.mathgen.task import DEFAULT_DIFFICULTY, write_task
+from verl_ext.mathgen.task import DEFAULT_DIFFICULTY, mix_modules, write_task
 from verl_ext.toy.assets import DEFAULT_CACHE
 
 DATA_VERSION = 1  # bump when the rows change for the same parameters (prompt, instruction, answer format)
@@ -22,12 +22,13 @@ DATA_VERSION = 1  # bump when the rows change for the same parameters (prompt, i
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """The generated task's parameters (``python -m verl_ext.mathgen.task --help`` describes each)."""
+    """The generated task's parameters: the resolver's and the CLI's defaults (``verl_ext/mathgen/task.py``)."""
 
-    train_size: int = 2048
-    val_size: int = 256
-    seed: int = 0
-    difficulty: float = DEFAULT_DIFFICULTY
+    train_size: int = 2048  # training rows
+    val_size: int = 256  # validation rows (disjoint questions)
+    seed: int = 0  # train rows from seed 2*seed, validation from 2*seed + 1
+    difficulty: float = DEFAULT_DIFFICULTY  # the entropy band, in [-1, 1]; 0 = the generator's train-easy
+    mix: str = "all"  # which modules: a name of task.MIXES
 
     def key(self) -> str:
         params = {**asdict(self), "data_version": DATA_VERSION}
@@ -43,7 +44,8 @@ def ensure_task(spec: TaskSpec | None = None, cache_dir: str | Path | None = Non
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".building-mathgen-", dir=root))
     try:
-        write_task(tmp, spec.train_size, spec.val_size, seed=spec.seed, difficulty=spec.difficulty)
+        modules = mix_modules(spec.mix)
+        write_task(tmp, spec.train_size, spec.val_size, spec.seed, spec.difficulty, modules)
         (tmp / "spec.json").write_text(json.dumps(asdict(spec), indent=1))
         (tmp / "DONE").write_text("ok\n")
         try:

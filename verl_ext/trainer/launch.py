@@ -24,16 +24,17 @@ def _smollm2(what: str = "model") -> str:
     return str(ensure_smollm2())
 
 
-def _mathgen(what: str) -> str | float:
-    """`${mathgen:train|val|root|baseline}`: the generated math task at its default parameters (written on first
-    use); baseline is the best constant answer's accuracy on the validation split."""
-    from verl_ext.mathgen.cache import ensure_task
+def _mathgen(what: str, mix: str = "all") -> str | float:
+    """`${mathgen:train|val|root|baseline[,MIX]}`: the generated math task at its default parameters, all modules or
+    a named mix (verl_ext.mathgen.task.MIXES), written on first use; baseline is the best constant answer's accuracy
+    on the validation split."""
+    from verl_ext.mathgen.cache import TaskSpec, ensure_task
     from verl_ext.mathgen.task import constant_answer_baseline
 
     choices = ("train", "val", "root", "baseline")
     if what not in choices:
         raise ValueError(f"${{mathgen:{what}}}: choose one of {list(choices)}")
-    root = ensure_task()
+    root = ensure_task(TaskSpec(mix=mix))
     if what == "baseline":
         return constant_answer_baseline(root / "val.parquet")[1]
     return str(root if what == "root" else root / f"{what}.parquet")
@@ -41,7 +42,7 @@ def _mathgen(what: str) -> str | float:
 
 def register_lazy_resolvers() -> None:
     """`${tiny_assets:model|train|val|root|baseline}` for the toy presets, `${smollm2:model}` and
-    `${mathgen:train|val|root|baseline}` for the real-model presets; each package loads on first use only."""
+    `${mathgen:train|val|root|baseline[,mix]}` for the real-model presets; each package loads on first use only."""
     for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

@@ -7,7 +7,8 @@ weight sync and the reward are verl's, started exactly as a training run starts 
 policy a run with the same overrides would start from. The arithmetic is in `verl_ext.curriculum.pass_rates`.
 
 Outputs in `probe.out_dir`: `pass_rates.jsonl` (one line per prompt: index, memory key, k, correct),
-`probe.json` (pass@1, the pass@k histogram, the prediction), `probe.png` (the histogram).
+`probe.json` (pass@1, the pass@k histogram, the prediction; with several data sources in the data, the same per
+data source under `by_source`), `probe.png` (the histogram).
 """
 
 from __future__ import annotations
@@ -47,18 +48,20 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
         s = ProbeSettings.from_config(self.config)
         self.checkpoint_manager.update_weights(0)  # the rollout servers start without the actor's weights
         self._rollout_awake = True
-        counts, index, keys = self._sample(s)
+        counts, index, keys, sources = self._sample(s)
         summary = self._summary(s, counts)
-        write_outputs(s.out_dir, summary, counts, index, keys)
+        if len(set(sources.tolist())) > 1:
+            summary["by_source"] = by_source(counts, sources, s.k)
+        write_outputs(s.out_dir, summary, counts, index, keys, sources)
         print(format_summary(summary, s.out_dir))
 
-    def _sample(self, s: ProbeSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _sample(self, s: ProbeSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         from torch.utils.data import DataLoader
         from verl.utils.dataset.rl_dataset import collate_fn
 
         loader = DataLoader(self.train_dataset, batch_size=s.prompts_per_call, shuffle=False, collate_fn=collate_fn)
         key_column = self.config.curriculum.get("memory", {}).get("key", "raw_prompt")
-        counts, index, keys = [], [], []
+        counts, index, keys, sources = [], [], [], []
         for batch_dict in tqdm(loader, desc=f"probe: {s.k} responses per prompt", unit="call"):
             batch = DataProto.from_single_dict(batch_dict)
             batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
@@ -66,10 +69,11 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
             nt = batch.non_tensor_batch
             index.extend(_row_index(nt, len(batch), start=len(counts)))
             keys.extend(prompt_keys(nt[key_column]).tolist() if key_column in nt else [None] * len(batch))
+            sources.extend(str(x) for x in nt.get("data_source", ["unknown"] * len(batch)))
             out = self.generate(self._get_gen_batch(batch).repeat(repeat_times=s.k, interleave=True), {})
             right = _right(out, s.metric).reshape(len(batch), s.k)
             counts.extend(right.sum(axis=1).astype(int).tolist())
-        return np.array(counts), np.array(index), np.array(keys, dtype=object)
+        return np.array(counts), np.array(index), np.array(keys, dtype=object), np.array(sources, dtype=object)
 
     def _summary(self, s: ProbeSettings, counts: np.ndarray) -> dict:
         cur = self.config.curriculum
@@ -90,6 +94,15 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
         return summary
 
 
+def by_source(counts: np.ndarray, sources: np.ndarray, k: int) -> dict:
+    """Per data source: prompts, pass@1 and the pass@k histogram."""
+    out = {}
+    for source in sorted(set(sources.tolist())):
+        c = counts[sources == source]
+        out[source] = {"prompts": len(c), "pass@1": float(c.sum() / (k * len(c))), "histogram": pass_histogram(c, k)}
+    return out
+
+
 def _row_index(nt: dict, size: int, start: int) -> list:
     """extra_info.index when the data set has it (what the memory keys by with memory.key=index), else the row."""
     extra = nt.get("extra_info")
@@ -105,11 +118,14 @@ def _right(out: DataProto, metric: str) -> np.ndarray:
     return (out.batch["rm_scores"].sum(-1).numpy() > 0).astype(int)
 
 
-def write_outputs(out_dir: Path, summary: dict, counts: np.ndarray, index: np.ndarray, keys: np.ndarray) -> None:
+def write_outputs(
+    out_dir: Path, summary: dict, counts: np.ndarray, index: np.ndarray, keys: np.ndarray, sources: np.ndarray
+) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / PASS_RATES_FILE, "w") as f:
-        for c, i, key in zip(counts, index, keys, strict=True):
-            f.write(json.dumps({"index": _plain(i), "memory_key": _plain(key), "k": summary["k"], "correct": int(c)}))
+        for c, i, key, src in zip(counts, index, keys, sources, strict=True):
+            row = {"index": _plain(i), "memory_key": _plain(key), "data_source": src, "k": summary["k"]}
+            f.write(json.dumps({**row, "correct": int(c)}))
             f.write("\n")
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     plot_histogram(summary, out_dir / "probe.png")
@@ -158,6 +174,12 @@ def format_summary(summary: dict, out_dir: Path) -> str:
         f"all-wrong {h['zeros']:.3f}, all-right {h['ones']:.3f}, mixed {mixed:.3f}",
         "[probe] " + "  ".join(f"{b} {h[b]:.3f}" for b in BINS),
     ]
+    for source, sub in summary.get("by_source", {}).items():
+        hs = sub["histogram"]
+        lines.append(
+            f"[probe]   {source}: {sub['prompts']} prompts, pass@1 {sub['pass@1']:.3f}; all-wrong {hs['zeros']:.3f}, "
+            f"all-right {hs['ones']:.3f}, mixed {1.0 - hs['zeros'] - hs['ones']:.3f}"
+        )
     pred = summary.get("prediction")
     if pred:
         lines.append(

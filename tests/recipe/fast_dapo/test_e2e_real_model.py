@@ -27,7 +27,7 @@ def _config(out):
         f"data.train_batch_size={TRAIN_BATCH}",
         "data.gen_batch_size=6",
         "data.max_response_length=48",
-        "data.val_max_samples=9",  # one question per module
+        "data.val_max_samples=8",  # two questions per module of the preset's arithmetic mix
         f"actor_rollout_ref.rollout.n={N_SCREEN}",
         f"actor_rollout_ref.rollout.n_continue={N_CONTINUE}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={TRAIN_BATCH}",
@@ -71,7 +71,7 @@ def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
     assert row["training/rollout_probs_diff_max"] < 2e-3, row["training/rollout_probs_diff_max"]
     # validation reports every module and their pooled accuracy
     modules = [k for k in row if k.startswith("val-core/mathgen/") and k.endswith("/acc/mean@1")]
-    assert len(modules) == 9
+    assert len(modules) == 4
 
     tok = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
     dumped = [json.loads(line) for p in sorted((tmp_path / "rollouts").glob("*.jsonl")) for line in open(p)]
@@ -88,4 +88,4 @@ def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
         boxed += "\\boxed{" in d["output"]
     assert boxed > 0 and 0 < sum(d["score"] for d in dumped) < len(dumped)
     val = [json.loads(line) for p in (tmp_path / "validation").glob("*.jsonl") for line in open(p)]
-    assert len(val) == 9 and {d["score"] for d in val} <= {0.0, 1.0}
+    assert len(val) == 8 and {d["score"] for d in val} <= {0.0, 1.0}
