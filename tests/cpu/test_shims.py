@@ -126,3 +126,19 @@ def test_weight_receiver_times_out_instead_of_hanging(monkeypatch, tmp_path):
     with pytest.raises(zmq.Again):
         receiver.receive_weights(on_bucket_received=lambda w, last: None)
     assert time.monotonic() - t0 < 5
+
+
+def test_vllm_cpu_reserves_a_core_unless_told_and_the_backend_tells_it_not_to():
+    """vLLM-CPU keeps one core per local rank for its scheduler on x86 (the worker then computes on the rest: one of
+    two here) unless VLLM_CPU_NUM_OF_RESERVED_CPU says otherwise; the backend sets it to 0. Fails when vLLM changes
+    that default (then the setting can go) or stops reading the variable."""
+    import inspect
+
+    from vllm.utils import ompmultiprocessing
+
+    from verl_ext.cpu.session import backend_env
+
+    src = inspect.getsource(ompmultiprocessing)
+    assert "self.reserve_cpu_num = (\n            self.local_world_size" in src
+    assert "self.reserve_cpu_num = envs.VLLM_CPU_NUM_OF_RESERVED_CPU" in src
+    assert backend_env()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"

@@ -25,7 +25,7 @@ class TaskSpec:
     """The generated task's parameters: the resolver's and the CLI's defaults (``verl_ext/mathgen/task.py``)."""
 
     train_size: int = 2048  # training rows
-    val_size: int = 256  # validation rows (disjoint questions)
+    val_size: int = 144  # validation rows (disjoint questions): 16 per module of the "all" mix
     seed: int = 0  # train rows from seed 2*seed, validation from 2*seed + 1
     difficulty: float = DEFAULT_DIFFICULTY  # the entropy band, in [-1, 1]; 0 = the generator's train-easy
     mix: str = "all"  # which modules: a name of task.MIXES

@@ -43,7 +43,7 @@ Baselines: the best constant answer (``constant_answer_baseline``) at the defaul
 the 2048-row train split, ``0`` 6.6% of the 256-row validation split (4.5% of train at difficulty 0); a policy that
 ignores the question cannot do better.
 
-Regenerate: ``python -m verl_ext.mathgen.task OUT_DIR [--train-size 2048 --val-size 256 --seed 0 --difficulty D]``
+Regenerate: ``python -m verl_ext.mathgen.task OUT_DIR [--train-size N --val-size N --seed S --difficulty D --mix M]``
 (default D = -1/3) writes ``OUT_DIR/train.parquet`` and ``OUT_DIR/val.parquet`` and prints per-module counts and the
 baselines. Output is identical for identical arguments (in any process: see ``compat``'s ``symbol_order``).
 """
