@@ -43,7 +43,7 @@ from verl_ext.campaign.summary import (
     speedup_table,
 )
 from verl_ext.metrics_log.jsonl import read_jsonl
-from verl_ext.metrics_log.plot import points_against
+from verl_ext.metrics_log.plot import points_against, save_figure
 
 DEFAULT_KEYS = [
     "critic/score/mean",  # train reward
@@ -111,14 +111,7 @@ def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: 
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, title)
 
 
 def plot_cost_curves(
@@ -165,14 +158,7 @@ def plot_cost_curves(
         ax.set_xlabel(f"{cost_keys[cost_key]} ({cost_key})", fontsize=8)
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, title)
 
 
 def build_markdown(

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from verl_ext.mathgen.task import DEFAULT_DIFFICULTY, mix_modules, write_task
-from verl_ext.toy.assets import DEFAULT_CACHE
+from verl_ext.toy.assets import DEFAULT_CACHE, build_once
 
 DATA_VERSION = 1  # bump when the rows change for the same parameters (prompt, instruction, answer format)
 
@@ -38,21 +36,8 @@ class TaskSpec:
 def ensure_task(spec: TaskSpec | None = None, cache_dir: str | Path | None = None) -> Path:
     spec = spec or TaskSpec()
     root = Path(cache_dir) if cache_dir else DEFAULT_CACHE
-    final = root / f"mathgen-{spec.key()}"
-    if (final / "DONE").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-mathgen-", dir=root))
-    try:
-        modules = mix_modules(spec.mix)
-        write_task(tmp, spec.train_size, spec.val_size, spec.seed, spec.difficulty, modules)
-        (tmp / "spec.json").write_text(json.dumps(asdict(spec), indent=1))
-        (tmp / "DONE").write_text("ok\n")
-        try:
-            tmp.rename(final)
-        except OSError:  # another process won the race; its copy is identical
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+
+    def build(out: Path) -> None:
+        write_task(out, spec.train_size, spec.val_size, spec.seed, spec.difficulty, mix_modules(spec.mix))
+
+    return build_once(root / f"mathgen-{spec.key()}", build, asdict(spec))

@@ -59,6 +59,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verl_ext.dataset.baselines import constant_answer_baseline  # noqa: F401  (re-exported: the task's baseline)
+
 # (module, submodule) of mathematics_dataset's `train` generators, in the round-robin order of the rows.
 MODULES: tuple[tuple[str, str], ...] = (
     ("arithmetic", "add_or_sub"),
@@ -326,17 +328,6 @@ def write_task(
         exclude=questions(train_path),
     )
     return train_path, val_path
-
-
-def constant_answer_baseline(path) -> tuple[str, float]:
-    """The best constant answer on a data set and its accuracy: the most frequent ground truth and its share.
-    A policy that ignores the prompt cannot do better on that set."""
-    import pandas as pd
-
-    truths = pd.read_parquet(path)["reward_model"].map(lambda r: str(r["ground_truth"]).strip())
-    counts = truths.value_counts()
-    best = sorted(counts[counts == counts.max()].index)[0]  # ties: the smallest, so the result is reproducible
-    return best, float(counts.max() / len(truths))
 
 
 def module_counts(path) -> Counter:

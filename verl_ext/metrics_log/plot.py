@@ -186,12 +186,22 @@ def plot_runs(
         ax.axis("off")
     if len(labels) > 1:
         axes.flat[0].legend(fontsize=8)
+    save_figure(fig, out)
+    return data
+
+
+def save_figure(fig, out: str | Path, title: str = "") -> Path:
+    """Lay out, write (creating the directory) and close a matplotlib figure; the path written."""
+    import matplotlib.pyplot as plt
+
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return data
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -75,14 +76,20 @@ class TinyAssets:
 def ensure_tiny_assets(spec: TinySpec | None = None, cache_dir: str | Path | None = None) -> TinyAssets:
     spec = spec or TinySpec()
     cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE
-    final = cache / f"tiny-{spec.key()}"
+    return TinyAssets(build_once(cache / f"tiny-{spec.key()}", lambda out: _build(spec, out), asdict(spec)))
+
+
+def build_once(final: Path, build: Callable[[Path], None], params: dict) -> Path:
+    """``final`` if it holds a finished build (its ``DONE`` file); else ``build(tmp)`` into a temporary directory
+    beside it, which gets ``spec.json`` (``params``) and ``DONE`` and is renamed into place: a reader never sees a
+    half-written directory, and of two concurrent builders the second's identical copy is dropped."""
     if (final / "DONE").exists():
-        return TinyAssets(final)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=final.parent))
     try:
-        _build(spec, tmp)
-        (tmp / "spec.json").write_text(json.dumps(asdict(spec), indent=2))
+        build(tmp)
+        (tmp / "spec.json").write_text(json.dumps(params, indent=2))
         (tmp / "DONE").write_text("ok\n")
         try:
             tmp.rename(final)
@@ -91,7 +98,7 @@ def ensure_tiny_assets(spec: TinySpec | None = None, cache_dir: str | Path | Non
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return TinyAssets(final)
+    return final
 
 
 def _build(spec: TinySpec, out: Path) -> None:

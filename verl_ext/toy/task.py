@@ -29,6 +29,8 @@ from __future__ import annotations
 import random
 import re
 
+from verl_ext.dataset.baselines import constant_answer_baseline  # noqa: F401  (re-exported: the task's baseline)
+
 DATA_SOURCE = "toy_copy_digit"
 NUM_DIGITS = 10
 _TEMPLATES = [
@@ -116,17 +118,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
     pred = found[-1].strip() if found else ""
     acc = float(pred == str(ground_truth).strip())
     return {"score": acc, "acc": acc}
-
-
-def constant_answer_baseline(path) -> tuple[str, float]:
-    """The best constant answer on a data set and its accuracy: the most frequent ground truth and its share.
-    A policy that ignores the prompt cannot do better on that set."""
-    import pandas as pd
-
-    truths = pd.read_parquet(path)["reward_model"].map(lambda r: str(r["ground_truth"]).strip())
-    counts = truths.value_counts()
-    best = sorted(counts[counts == counts.max()].index)[0]  # ties: the smallest, so the result is reproducible
-    return best, float(counts.max() / len(truths))
 
 
 if __name__ == "__main__":
