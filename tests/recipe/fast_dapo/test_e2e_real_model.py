@@ -69,7 +69,7 @@ def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
         assert math.isfinite(row[key]), key
     # fp32 end to end on the CPU backend: vLLM's sampling log-probs and the FSDP actor's agree closely (a bf16
     # actor differs by ~1e-2 in probability on this model)
-    assert row["training/rollout_probs_diff_max"] < 2e-3, row["training/rollout_probs_diff_max"]
+    assert row["training/rollout_probs_diff_max"] < 1e-3, row["training/rollout_probs_diff_max"]  # measured 1.6e-5
     # validation reports every module and their pooled accuracy
     modules = [k for k in row if k.startswith("val-core/mathgen/") and k.endswith("/acc/mean@1")]
     assert len(modules) >= 2
@@ -79,9 +79,10 @@ def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
     assert len(dumped) == TRAIN_BATCH * N
     boxed = 0
     for d in dumped:
-        # the chat template as the model was released: its system line, the worked example, the question
-        assert d["input"].startswith("<|im_start|>system\n") and d["input"].endswith("<|im_start|>assistant\n")
-        assert "\\boxed{4}" in d["input"]
+        # the chat template as the model was released (verl's dump drops the special tokens): its default system
+        # line, the worked example, the question, the assistant's turn
+        assert d["input"].startswith("system\nYou are a helpful AI assistant named SmolLM")
+        assert d["input"].endswith("\nassistant\n") and "\\boxed{4}" in d["input"]
         ids = tok(d["output"], add_special_tokens=False)["input_ids"]
         assert tok.decode(ids) == d["output"], "the real tokenizer round-trips the model's text"
         # the trainer's score is math_verify's on the model's own answer
