@@ -130,6 +130,17 @@ BAD_ROWS = [
     ("fast_dapo", ["actor_rollout_ref.model.path={model_no_config}"], "no config.json in"),
     ("fast_dapo", ["actor_rollout_ref.model.path=./models/mine"], "'./models/mine': no such local directory"),
     ("fast_dapo", ["data.custom_cls.path=pkg://no.such.module", "data.custom_cls.name=X"], "data.custom_cls.path"),
+    (
+        "fast_dapo",
+        ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"],
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype must be fp32 on the CPU backend, got 'bf16'",
+    ),
+    (
+        "fast_dapo",
+        ["~actor_rollout_ref.ref.fsdp_config.mixed_precision"],
+        "actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype must be fp32 on the CPU backend, got None",
+    ),
+    ("fast_dapo", ["actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"], "model_dtype must be fp32 on the CPU"),
     ("composer", ["algorithm.adv_estimator=grpo"], "needs algorithm.adv_estimator=grpo_composer, got 'grpo'"),
     ("composer", ["data.val_files={not_parquet}"], "data.val_files: '"),
     ("composer", ["actor_rollout_ref.actor.optim.lr=0"], "actor_rollout_ref.actor.optim.lr=0.0 must be"),

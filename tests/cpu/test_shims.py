@@ -142,3 +142,16 @@ def test_vllm_cpu_reserves_a_core_unless_told_and_the_backend_tells_it_not_to():
     assert "self.reserve_cpu_num = (\n            self.local_world_size" in src
     assert "self.reserve_cpu_num = envs.VLLM_CPU_NUM_OF_RESERVED_CPU" in src
     assert backend_env()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+
+
+def test_verl_computes_in_bf16_unless_mixed_precision_says_otherwise():
+    """Why the backend sets fsdp_config.mixed_precision to fp32: verl's FSDP engine takes its compute dtype from
+    mixed_precision.param_dtype and falls back to bf16 when it is unset (emulated, ~30x slower per token on CPUs
+    without bf16). Fails when verl changes that fallback (then the setting may go)."""
+    import inspect
+
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    src = inspect.getsource(FSDPEngine._build_fsdp_module)
+    assert 'mixed_precision_config.get("param_dtype", "bf16")' in src
+    assert "else:\n            param_dtype = torch.bfloat16" in src

@@ -162,7 +162,31 @@ def range_problems(cfg: DictConfig, critic: bool = False) -> list[str]:
     problems.run(_in_range, cfg, "actor_rollout_ref.rollout.temperature", 0.0, math.inf, "must be >= 0")
     problems.run(_in_range, cfg, "actor_rollout_ref.rollout.top_p", 1e-12, 1.0, "must be in (0, 1]")
     problems.run(_in_range, cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 1e-12, 1.0, "must be in (0, 1]")
+    problems.run(check_cpu_precision, cfg)
     return problems.messages
+
+
+_FP32 = ("fp32", "float32")
+
+
+def check_cpu_precision(cfg: DictConfig) -> None:
+    """On the CPU backend (trainer.device=cpu) the FSDP actor and reference compute in fp32: verl's engine takes its
+    compute dtype from fsdp_config.mixed_precision.param_dtype (bf16 when unset, whatever the checkpoint says) and
+    loads weights in fsdp_config.model_dtype, and bf16 is emulated on CPUs without it (~30x slower per token; the
+    rollout's and the actor's log-probs then disagree). The backend config sets both; this catches an override."""
+    if str(_get(cfg, "trainer.device", "")) != "cpu":
+        return
+    for role in ("actor", "ref"):
+        base = f"actor_rollout_ref.{role}.fsdp_config"
+        model_dtype = _get(cfg, f"{base}.model_dtype")
+        param_dtype = _get(cfg, f"{base}.mixed_precision.param_dtype")
+        if str(model_dtype) not in _FP32:
+            raise ConfigError(f"{base}.model_dtype must be fp32 on the CPU backend, got {model_dtype!r}")
+        if str(param_dtype) not in _FP32:
+            raise ConfigError(
+                f"{base}.mixed_precision.param_dtype must be fp32 on the CPU backend, got {param_dtype!r} (unset means "
+                "bf16 in verl's FSDP engine, emulated on this CPU)"
+            )
 
 
 def _at_least(cfg: DictConfig, key: str, low: int) -> None:
