@@ -52,6 +52,16 @@ def campaign():
     }
 
 
+def write_campaign_logs(root: Path, campaign: dict) -> None:
+    """Each run's records as <root>/<condition>_s<seed>/metrics.jsonl, through the real JSONL writer."""
+    for cond, runs in campaign.items():
+        for seed, recs in runs.items():
+            w = JsonlMetricsWriter(root / f"{cond}_s{seed}" / "metrics.jsonl")
+            for r in recs:
+                w.log(r["step"], {k: v for k, v in r.items() if k != "step"})
+            w.close()
+
+
 def test_seed_band_is_mean_and_std_over_the_seeds_that_logged_the_step(campaign):
     band = seed_band(campaign["base"], VAL)
     assert band.steps == [0, 5, 10]  # sparse validation stays sparse
@@ -124,12 +134,7 @@ def test_report_cli_on_real_logs(tmp_path, campaign):
     """)
     )
     out = tmp_path / "out"
-    for cond, runs in campaign.items():
-        for seed, recs in runs.items():
-            w = JsonlMetricsWriter(out / "demo" / f"{cond}_s{seed}" / "metrics.jsonl")
-            for r in recs:
-                w.log(r["step"], {k: v for k, v in r.items() if k != "step"})
-            w.close()
+    write_campaign_logs(out / "demo", campaign)
     cmd = [
         sys.executable,
         str(ROOT / "scripts" / "campaign.py"),
@@ -264,12 +269,7 @@ def test_report_draws_the_target_key_against_tokens_and_time(tmp_path, campaign,
         "name: demo\nentry: fake_entry\nconditions: {base: [], fast: []}\nseeds: [0, 1, 2, 3]\n"
     )
     out = tmp_path / "out"
-    for cond, runs in campaign.items():
-        for seed, recs in runs.items():
-            w = JsonlMetricsWriter(out / "demo" / f"{cond}_s{seed}" / "metrics.jsonl")
-            for r in recs:
-                w.log(r["step"], {k: v for k, v in r.items() if k != "step"})
-            w.close()
+    write_campaign_logs(out / "demo", campaign)
     assert report.main([str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25"]) == 0
     fig = saved["report_tokens.png"]
     tok_ax, time_ax = fig.axes  # one panel per cost key
