@@ -50,3 +50,9 @@ def test_bad_baseline_is_refused(bad):
         check_baseline(bad)
     check_baseline(None)
     check_baseline({"label": "constant answer", "value": 0.18})
+
+
+def test_val_accuracy_prefers_the_pooled_accuracy_over_all_sources():
+    per_source = {"val-core/mathgen/a/acc/mean@1": 0.1, "val-core/mathgen/b/acc/mean@1": 0.5}
+    assert val_accuracy({**per_source, "val-core/all/acc/mean@1": 0.3}) == 0.3
+    assert val_accuracy({**per_source, "val-core/all/acc/mean@1": float("nan")}) == 0.1  # not finite: first source
