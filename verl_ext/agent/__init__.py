@@ -11,6 +11,7 @@
 - `trainer`: dropped episodes out of their groups, counts, staleness, the async run-ahead mode;
 - `ledger`: every episode of every trained step once, across crash and resume;
 - `settings`: the `external_agent` config block, checked before Ray starts; `main`: the CLI entry point;
+- `continuous_token`: verl shim, ChatML prompt-token handling for ChatML checkpoints verl has no entry for;
 - `examples/`: agents written against the `openai` client only.
 
 Importing this package is cheap (no verl import); `register()` (called by the verl plugin) registers the loop.
@@ -18,4 +19,6 @@ Importing this package is cheap (no verl import); `register()` (called by the ve
 
 
 def register() -> None:
-    from verl_ext.agent import external_loop  # noqa: F401  @register("external_agent")
+    from verl_ext.agent import continuous_token, external_loop  # noqa: F401  @register("external_agent")
+
+    continuous_token.apply()
