@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-
 _CHATML: dict[str, bool] = {}  # chat template -> renders ChatML turns
 
 
