@@ -28,10 +28,10 @@ def test_runs_expand_conditions_times_seeds(tmp_path):
         }
     )
     runs = spec.runs(tmp_path)
-    assert [r.label for r in runs] == ["x_s3", "x_s4", "y_s3", "y_s4"]
-    assert runs[1].overrides[:3] == ["a=1", "b=2", "data.seed=4"]
-    assert f"trainer.default_local_dir={tmp_path / 'c' / 'x_s4'}" in runs[1].overrides
-    assert runs[1].overrides[-1] == "trainer.resume_mode=auto"  # after base: a stopped campaign resumes
+    assert [r.label for r in runs] == ["x_s3", "y_s3", "x_s4", "y_s4"]  # a part-done campaign holds paired seeds
+    assert runs[2].overrides[:3] == ["a=1", "b=2", "data.seed=4"]
+    assert f"trainer.default_local_dir={tmp_path / 'c' / 'x_s4'}" in runs[2].overrides
+    assert runs[2].overrides[-1] == "trainer.resume_mode=auto"  # after base: a stopped campaign resumes
 
 
 @pytest.mark.parametrize(

@@ -104,10 +104,11 @@ class CampaignSpec:
             return cls.from_dict(yaml.safe_load(f))
 
     def runs(self, out_root: str | Path) -> list[RunPlan]:
-        """Every (condition, seed), conditions in spec order, seeds inner."""
+        """Every (condition, seed), seeds outer and conditions inner in spec order: a campaign stopped part-way (they
+        run for hours and resume across sessions) holds whole seeds, every condition paired, not whole conditions."""
         plans = []
-        for cond, cond_overrides in self.conditions.items():
-            for seed in self.seeds:
+        for seed in self.seeds:
+            for cond, cond_overrides in self.conditions.items():
                 run_dir = Path(out_root) / self.name / f"{cond}_s{seed}"
                 own = [
                     f"trainer.default_local_dir={run_dir}",
