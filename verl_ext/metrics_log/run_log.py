@@ -12,7 +12,9 @@ fixed points of its loop (verl_ext/trainer/ppo_trainer.py).
 - the validation accuracy of the run's first and latest evaluation, for the closing summary;
 - with `trainer.plot_keys`, the log's curves as `<log stem>.png` next to it when the run ends (plot.py).
 
-`close` returns the closing lines (the summary, or where the curves are) for the trainer to print.
+`close` returns the closing lines (the summary, or where the curves are) instead of printing them: the trainer runs
+inside a Ray actor, and Ray's log forwarding can drop an actor's last lines at shutdown, so they travel back to the
+driver process as the task's result and are printed there (verl_ext/trainer/launch.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ shares. On top of verl it adds:
   (`trainer.jsonl_metrics_path`) cut back to the checkpoint's step on resume, the compact console, with
   `trainer.plot_keys` a PNG of those metrics' curves next to it when the run ends, and no step missing from that log
   when a crash falls between a step's checkpoint and its row (the checkpoint holds the row so far and the resumed run
-  writes it), and the closing summary;
+  writes it); its closing lines are returned to the driver process (`closing_lines`, the TaskRunner's result);
 - cumulative training time that survives resume (`verl_ext/trainer/clock.py`, `TrainClock`).
 
 Every other feature of verl's `fit` is either carried over here by calling verl's own function for it (rollout
@@ -119,6 +119,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         # the tracker, JSONL log, console, crash-row recovery, summary and plot; its settings are checked here,
         # before the workers start, not when the run ends
         self.run_log = RunLog(self.config.trainer)
+        # what the driver process prints when the run ends (the TaskRunner returns them: verl_ext/trainer/launch.py)
+        self.closing_lines: list[str] = []
         self.profile = ProfileSchedule.from_config(self.config.get("global_profiler"))
         self._profiling_step = False  # the current step is profiled: generate() profiles the rollout servers too
         self.max_steps_duration = 0.0  # longest step so far, for the ESI expiry check
@@ -564,11 +566,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
 
     def _close_run(self, plot: bool) -> None:
         """The run's end: verl's asynchronous saves and rollout dumps finish, the run log closes (the curves drawn if
-        `plot`), and its closing lines are printed."""
+        `plot`), and its closing lines are kept for the driver (`closing_lines`)."""
         self._finalize_async_calls(blocking=True)
         self._shutdown_dump_executor()
-        for line in self.run_log.close(plot=plot):
-            print(line)
+        self.closing_lines = self.run_log.close(plot=plot)
 
     def _batch_metrics(self, batch: DataProto, metrics: dict) -> dict:
         """The step's metrics known once its update is done (all but the times)."""
