@@ -20,6 +20,7 @@ from recipe.fast_dapo.config_check import prepare_config
 from recipe.fast_dapo.fast_dapo_ray_trainer import RayFastDAPOTrainer
 from verl_ext.config.compose import compose_config
 from verl_ext.config.errors import ConfigError
+from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import FEATURES, PARTIAL, REJECTED, check_fidelity, feature_table_markdown
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, gdpo_metrics, images_seqlens
 from verl_ext.trainer.profiling import ProfileSchedule
@@ -271,7 +272,7 @@ class _SaveRecorder(ExtRayPPOTrainer):
     """The trainer's save decision only; the save itself (worker I/O) is recorded instead of written."""
 
     def __init__(self, config):  # noqa: D107 - no workers: only the attributes the decision reads
-        self.config, self.saved, self.train_time_s, self.max_steps_duration = config, [], 0.0, 0.0
+        self.config, self.saved, self.clock, self.max_steps_duration = config, [], TrainClock(), 0.0
 
     def _save_checkpoint(self):
         self.saved.append(self.global_steps)
@@ -284,12 +285,12 @@ def test_esi_expiry_forces_a_checkpoint(monkeypatch):
     t.max_steps_duration = 100.0  # seconds per step
     for step in (1, 10, 11):
         t.global_steps = step
-        t._maybe_save_checkpoint(is_last=False, timing_raw={}, time_base=0.0, fit_start=time.monotonic())
+        t._maybe_save_checkpoint(is_last=False, timing_raw={})
     assert t.saved == [10]  # save_freq only: no capacity block announced
     # vemlp announces the block's end: 120 s left < one step (100 s) + the save (60 s) -> save now
     monkeypatch.setenv("MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP", str(time.time() + 120))
     t.global_steps = 12
-    t._maybe_save_checkpoint(is_last=False, timing_raw={}, time_base=0.0, fit_start=time.monotonic())
+    t._maybe_save_checkpoint(is_last=False, timing_raw={})
     assert t.saved == [10, 12]
 
 

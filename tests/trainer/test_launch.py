@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,3 +57,48 @@ def test_shm_cleanup_runs_on_the_cpu_backend_only(monkeypatch):
         with pytest.raises(RuntimeError, match="stop before Ray"):
             launch.run(None)
         assert calls == expected, platform
+
+
+def test_run_prints_the_closing_lines_the_task_returned_in_the_driver(monkeypatch, capsys):
+    """The TaskRunner's `run` returns the trainer's closing lines; verl's run_ppo drops that result, so run() keeps
+    the ObjectRef run_ppo waited for and prints the lines after it, in order, in the driver. Without Ray: an actor
+    class stand-in whose `run.remote` returns the result itself, read back with a pass-through ray.get."""
+    import ray
+    import verl.trainer.main_ppo
+
+    from verl_ext.trainer import launch
+
+    lines = ["[verl_ext] validation accuracy 0.220 -> 1.000 (constant answer: 0.180)", "[verl_ext] metrics log: m"]
+
+    class Actor:  # what `@ray.remote` makes of a class, as far as run_ppo uses it
+        @staticmethod
+        def options(**kwargs):
+            return Actor
+
+        @staticmethod
+        def remote():
+            return SimpleNamespace(run=SimpleNamespace(remote=lambda config: list(lines)))
+
+    def verl_like_run_ppo(config, task_runner_class):  # verl 0.9.1: .remote() or .options(...).remote(), then run
+        runner = (task_runner_class.options(runtime_env={}) if config == "nsys" else task_runner_class).remote()
+        ray.get(runner.run.remote(config))
+
+    monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", verl_like_run_ppo)
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setenv("VERL_PLATFORM", "")
+    for config in ("plain", "nsys"):
+        assert launch.run(config, task_runner_class=Actor) == lines
+        assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_verl_run_ppo_still_runs_the_task_runner_as_run_relies_on():
+    """run() keeps the result by how verl's run_ppo calls the runner: a verl upgrade that changes it fails here."""
+    import inspect
+
+    from verl.trainer.main_ppo import run_ppo
+
+    src = inspect.getsource(run_ppo)
+    assert "runner = task_runner_class.remote()" in src
+    assert "runner = task_runner_class.options(" in src
+    assert "ray.get(runner.run.remote(config))" in src

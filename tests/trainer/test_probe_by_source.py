@@ -39,3 +39,35 @@ def test_summary_lines_and_pass_rate_rows_name_the_source(tmp_path):
     write_outputs(tmp_path, summary, counts, np.arange(4), np.array([None] * 4, dtype=object), sources)
     rows = [json.loads(line) for line in (tmp_path / PASS_RATES_FILE).read_text().splitlines()]
     assert [r["data_source"] for r in rows] == list(sources) and [r["correct"] for r in rows] == [0, 4, 2, 0]
+
+
+def test_the_probe_returns_its_report_for_the_driver_to_print(tmp_path, capsys):
+    """The probe's `fit` prints nothing inside the Ray actor: its report becomes the trainer's closing lines, which the
+    TaskRunner returns to the driver (verl_ext/trainer/launch.py prints them). Without workers: sampling stubbed."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from verl_ext.trainer.probe import PassRateProbeTrainer
+
+    class Probe(PassRateProbeTrainer):
+        def _sample(self, s):
+            sources = np.array(["a", "a", "b", "b"], dtype=object)
+            return np.array([0, 2, 4, 1]), np.arange(4), np.array([None] * 4, dtype=object), sources
+
+    probe = object.__new__(Probe)
+    probe.config = OmegaConf.create(
+        {
+            "probe": {"k": 4, "prompts_per_call": 2, "out_dir": str(tmp_path)},
+            "curriculum": {"n_continue": 0},
+            "actor_rollout_ref": {"rollout": {"n": 4}, "model": {"path": "m"}},
+            "data": {"train_files": "t", "train_batch_size": 2},
+        }
+    )
+    probe.checkpoint_manager = SimpleNamespace(update_weights=lambda step: None)
+    probe.fit()
+    assert capsys.readouterr().out == ""
+    summary = json.loads((tmp_path / "probe.json").read_text())
+    assert probe.closing_lines == format_summary(summary, tmp_path).splitlines()
+    assert probe.closing_lines[0].startswith("[probe] 4 prompts x 4 responses: pass@1 0.438")
+    assert probe.closing_lines[-1].startswith("[probe] wrote ")

@@ -211,14 +211,15 @@ class AgentEpisodesMixin:
             self._write_drift_summary()
 
     def _write_drift_summary(self) -> None:
-        """The run summary of the gateway's drift accounting: printed, and `drift_summary.json` beside the ledger."""
+        """The run summary of the gateway's drift accounting: a closing line (printed by the driver process, after
+        the trainer's own), and `drift_summary.json` beside the ledger."""
         if not self._drift_totals:
             return
         t = {k.removeprefix("agent/"): int(v) for k, v in sorted(self._drift_totals.items())}
         splits = sum(v for k, v in t.items() if k.startswith("drift/split/"))
         joins = splits + t.get("drift/extended", 0)
         t["drift/splits_per_1k_rounds"] = round(1000.0 * splits / joins, 3) if joins else 0.0
-        print(f"[agent] drift over the run: {json.dumps(t)}")
+        self.closing_lines.append(f"[agent] drift over the run: {json.dumps(t)}")
         if (path := self._episode_log_path()) is not None:
             path.with_name("drift_summary.json").write_text(json.dumps(t, indent=1) + "\n")
 

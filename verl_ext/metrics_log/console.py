@@ -3,7 +3,8 @@
 verl's `console` logger prints every metric of every step (~150 keys on one line); a person watching a run wants
 the few that say whether it learns. `compact` is handled by the project's trainer (verl's Tracking never sees it);
 the full metrics still go to the JSONL log (`trainer.jsonl_metrics_path`) and to any other logger listed.
-Pure formatting here: the trainer prints.
+Pure formatting here: the run log (run_log.py) prints the step lines; the closing summary is printed by the driver
+process (verl_ext/trainer/launch.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Run a verl TaskRunner from a driver process and leave the machine clean afterwards (Ray down; on the CPU backend,
-leaked vLLM shared-memory segments unlinked). Used by the recipes' `main.py` entry points, which also register the
-`${tiny_assets:...}`, `${smollm2:...}` and `${mathgen:...}` resolvers here, so that the packages behind them load only
-when a config (a preset) uses them.
+"""Run a verl TaskRunner from a driver process, print the run's closing lines there (the TaskRunner returns them), and
+leave the machine clean afterwards (Ray down; on the CPU backend, leaked vLLM shared-memory segments unlinked). Used
+by the recipes' `main.py` entry points, which also register the `${tiny_assets:...}`, `${smollm2:...}` and
+`${mathgen:...}` resolvers here, so that the packages behind them load only when a config (a preset) uses them.
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ def register_lazy_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-def run(config: DictConfig, task_runner_class=None) -> None:
+def run(config: DictConfig, task_runner_class=None) -> list[str]:
+    """Run the TaskRunner through verl's `run_ppo`, then print the lines its `run` returned (the trainer's closing
+    lines: the run summary, the probe's report) here in the driver, last, and return them. Printed inside the Ray
+    actor, just before shutdown, Ray's log forwarding could drop them."""
     import ray
     from verl.trainer.main_ppo import run_ppo
 
@@ -62,10 +65,50 @@ def run(config: DictConfig, task_runner_class=None) -> None:
         from verl_ext.cpu.cleanup import shm_segments, unlink_orphaned_shm
 
         before = shm_segments()
+    runner = KeepsRunResult(task_runner_class or ExtTaskRunner)
     try:
-        run_ppo(config, task_runner_class=task_runner_class or ExtTaskRunner)
+        run_ppo(config, task_runner_class=runner)
+        lines = list(runner.result() or [])
     finally:
         if ray.is_initialized():
             ray.shutdown()
         if cleanup:
             unlink_orphaned_shm(before)
+    for line in lines:
+        print(line, flush=True)
+    return lines
+
+
+class KeepsRunResult:
+    """A Ray actor class (the TaskRunner) as verl's `run_ppo(config, task_runner_class)` is given it, keeping what
+    the runner's `run` returns. verl 0.9.1's run_ppo creates the runner with `task_runner_class.remote()` (or
+    `.options(runtime_env=...).remote()` under nsys), waits with `ray.get(runner.run.remote(config))` and drops the
+    result; the runner it gets here records the ObjectRef of that call, so `result()` can read it again afterwards
+    (before Ray shuts down)."""
+
+    def __init__(self, actor_class, keeper: KeepsRunResult | None = None):
+        self._actor_class = actor_class
+        self._keeper = keeper or self
+        self.ref = None  # of the runner's `run` call, once made
+
+    def options(self, **kwargs) -> KeepsRunResult:
+        return KeepsRunResult(self._actor_class.options(**kwargs), keeper=self._keeper)
+
+    def remote(self, *args, **kwargs):
+        from types import SimpleNamespace
+
+        handle = self._actor_class.remote(*args, **kwargs)
+        keeper = self._keeper
+
+        def run_remote(*run_args, **run_kwargs):
+            keeper.ref = handle.run.remote(*run_args, **run_kwargs)
+            return keeper.ref
+
+        # the runner as run_ppo uses it: only `run.remote(...)`; it holds the actor handle as long as run_ppo does
+        return SimpleNamespace(run=SimpleNamespace(remote=run_remote), handle=handle)
+
+    def result(self):
+        """What the runner's `run` returned (None if it was never called)."""
+        import ray
+
+        return None if self._keeper.ref is None else ray.get(self._keeper.ref)

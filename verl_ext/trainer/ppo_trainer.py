@@ -9,11 +9,12 @@ shares. On top of verl it adds:
 - estimator inputs: old log-probs, true per-token entropies (kept, not popped, when `uncertainty_kind` needs them),
   planning-token masks from `PlanningDetector`, the step, and the SEPA lambda from a controller whose state is saved
   in and restored from verl checkpoints (`global_step_N/verl_ext_state.pt`);
-- a streaming JSONL metrics log (`trainer.jsonl_metrics_path`), cut back to the checkpoint's step on resume, and,
-  with `trainer.plot_keys`, a PNG of those metrics' curves next to it when the run ends;
-- cumulative training time that survives resume;
-- no step missing from that log when a crash falls between a step's checkpoint and its row: the checkpoint holds the
-  row so far and the resumed run writes it (`_recover_row`).
+- the run log (`verl_ext/metrics_log/run_log.py`, `RunLog`): the tracker, a streaming JSONL metrics log
+  (`trainer.jsonl_metrics_path`) cut back to the checkpoint's step on resume, the compact console, with
+  `trainer.plot_keys` a PNG of those metrics' curves next to it when the run ends, and no step missing from that log
+  when a crash falls between a step's checkpoint and its row (the checkpoint holds the row so far and the resumed run
+  writes it); its closing lines are returned to the driver process (`closing_lines`, the TaskRunner's result);
+- cumulative training time that survives resume (`verl_ext/trainer/clock.py`, `TrainClock`).
 
 Every other feature of verl's `fit` is either carried over here by calling verl's own function for it (rollout
 correction in decoupled and bypass mode, val_only, rollout dumps, the profiler, ESI saves, images_seqlens, the
@@ -28,13 +29,10 @@ import os
 import sys
 import time
 import uuid
-from pathlib import Path
-from pprint import pprint
 
 import numpy as np
 import torch
 from omegaconf import open_dict
-from tqdm import tqdm
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import agg_loss
@@ -60,26 +58,13 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
-from verl_ext.metrics_log import JsonlMetricsWriter, read_jsonl
-from verl_ext.metrics_log.console import (
-    ALL_SOURCES,
-    COMPACT_BACKEND,
-    check_baseline,
-    compact_line,
-    run_summary,
-    val_accuracy,
-)
-from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
+from verl_ext.metrics_log.console import ALL_SOURCES
+from verl_ext.metrics_log.run_log import RunLog
+from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
-
-
-def train_time_s(time_base: float, fit_start: float) -> float:
-    """The run's training wall time: the checkpoint's total (`time_base`) plus this process's time in the loop since
-    `fit_start` (time.monotonic()), generation included."""
-    return time_base + time.monotonic() - fit_start
 
 
 def images_seqlens(batch: DataProto) -> list[int]:
@@ -128,27 +113,18 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             if self.adv_config and self.adv_config.needs_planning
             else None
         )
-        self.train_time_s = 0.0
+        self.clock = TrainClock()  # the training loop's wall time, carried across resumes by the checkpoint
         self._rollout_awake = False
         self.generate_calls = 0  # rollout calls since the run began (logged as rollout/generate_calls)
-        self.metrics_log: JsonlMetricsWriter | None = None
-        self.plot_keys = list(self.config.trainer.get("plot_keys") or [])
+        # the tracker, JSONL log, console, crash-row recovery, summary and plot; its settings are checked here,
+        # before the workers start, not when the run ends
+        self.run_log = RunLog(self.config.trainer)
+        # what the driver process prints when the run ends (the TaskRunner returns them: verl_ext/trainer/launch.py)
+        self.closing_lines: list[str] = []
         self.profile = ProfileSchedule.from_config(self.config.get("global_profiler"))
         self._profiling_step = False  # the current step is profiled: generate() profiles the rollout servers too
         self.max_steps_duration = 0.0  # longest step so far, for the ESI expiry check
         self.resume_epoch = 0
-        self._row_so_far: dict | None = None  # the current step's metrics row while its checkpoint is written
-        self._resumed_row: dict | None = None  # that row as read back from the checkpoint a run resumes from
-        # checked here, before the workers start, not when the run ends
-        check_plot_settings(self.plot_keys, self.config.trainer.get("jsonl_metrics_path"))
-        logger = self.config.trainer.get("logger") or []
-        self.loggers = [logger] if isinstance(logger, str) else list(logger)
-        # `compact` (verl_ext/metrics_log/console.py): one short line per step, printed here, not by verl's Tracking
-        self.compact = COMPACT_BACKEND in self.loggers
-        self.val_baseline = self.config.trainer.get("val_baseline")
-        check_baseline(self.val_baseline)
-        self._val_first: float | None = None  # validation accuracy of the run's first and latest evaluation
-        self._val_last: float | None = None
 
     def _bypass_loss_for_workers(self) -> None:
         """Rollout-correction bypass mode: give the actor workers verl's `bypass_mode` policy loss and the correction
@@ -177,17 +153,17 @@ class ExtRayPPOTrainer(RayPPOTrainer):
     def extra_state_dict(self) -> dict:
         return {
             "sepa": self.sepa.state_dict() if self.sepa else None,
-            "train_time_s": self.train_time_s,
+            "train_time_s": self.clock.total_s,
             "generate_calls": self.generate_calls,
-            "row_so_far": self._row_so_far,
+            "row_so_far": self.run_log.row_so_far,
         }
 
     def load_extra_state_dict(self, state: dict) -> None:
         if self.sepa and state.get("sepa") is not None:
             self.sepa.load_state_dict(state["sepa"])
-        self.train_time_s = float(state.get("train_time_s", 0.0))
+        self.clock = TrainClock(float(state.get("train_time_s", 0.0)))
         self.generate_calls = int(state.get("generate_calls", 0))
-        self._resumed_row = state.get("row_so_far")
+        self.run_log.resumed_row = state.get("row_so_far")
 
     def _save_checkpoint(self):
         # Written before verl's part: verl writes `latest_checkpointed_iteration.txt` last, and that file is what a
@@ -446,16 +422,14 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         return {}
 
     def fit(self):
-        tracker = self._start_run()
+        self._start_run()
         val_only = bool(self.config.trainer.get("val_only", False))
-        self._first_validation(tracker, val_only)
+        self._first_validation(val_only)
         if val_only:
             self._close_run(plot=False)
             return
-        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress")
-        # Wall time of the whole loop (generation included), carried across resumes through the checkpoint.
-        time_base, fit_start = self.train_time_s, time.monotonic()
-        row_time = time_base  # train time at the previous row (a checkpoint save also moves self.train_time_s)
+        self.run_log.start_progress(self.global_steps)
+        self.clock.start()  # the whole loop (generation included) counts as training time
         self.global_steps += 1
         first_step = self.global_steps
         try:
@@ -468,58 +442,37 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 if started is None:
                     return  # the data ran out
                 batch, metrics, timing_raw = started
-                batch = self._run_step(batch, metrics, timing_raw, is_last, time_base, fit_start)
-                self.train_time_s = train_time_s(time_base, fit_start)
-                seconds, row_time = self.train_time_s - row_time, self.train_time_s
-                self._log_step(tracker, progress, batch, metrics, timing_raw, seconds)
+                batch = self._run_step(batch, metrics, timing_raw, is_last)
+                seconds = self.clock.lap()  # since the previous row (a checkpoint save also reads the clock)
+                metrics.update(self._timing_metrics(batch, timing_raw))
+                self.run_log.step(self.global_steps, metrics, seconds)
                 if is_last:
                     return
                 self._end_step(batch)
         finally:
-            progress.close()
-            self._close_run(plot=self.plot_keys and sys.exc_info()[0] is None)
+            self._close_run(plot=sys.exc_info()[0] is None)
 
-    def _start_run(self):
-        """Everything before the first step: the tracker (returned), the checkpoint to resume from, the rollout's
-        weights, verl's skip manager, the JSONL log, and the row a crash may have lost (`_recover_row`)."""
-        from omegaconf import OmegaConf
-        from verl.utils.tracking import Tracking
-
+    def _start_run(self) -> None:
+        """Everything before the first step: the tracker, the checkpoint to resume from, the rollout's weights,
+        verl's skip manager, the JSONL log, and the row a crash may have lost (`RunLog.recover_row`)."""
         # Rollout dumps are written by verl's executor, shut down at the end of a run: a second fit() needs a new one.
         if self._dump_executor._shutdown:
             self._init_dump_executor()
-        tracker = Tracking(
-            project_name=self.config.trainer.project_name,
-            experiment_name=self.config.trainer.experiment_name,
-            default_backend=[b for b in self.loggers if b != COMPACT_BACKEND],
-            config=OmegaConf.to_container(self.config, resolve=True),
-        )
+        self.run_log.open_tracker(self.config)
         self.global_steps = 0
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)
         self._rollout_awake = True
         SkipManager.init(self.config)  # skip.rollout: verl's rollout dump/replay, keyed by the step set below
-        jsonl_path = self.config.trainer.get("jsonl_metrics_path")
-        if jsonl_path:
-            self.metrics_log = JsonlMetricsWriter(jsonl_path, resume_from_step=self.global_steps)
-        self._recover_row(tracker)
-        return tracker
+        self.run_log.open(self.global_steps, self.total_training_steps)
+        self.run_log.recover_row(self.global_steps, validate=self._validate)
 
-    def _first_validation(self, tracker, val_only: bool) -> None:
+    def _first_validation(self, val_only: bool) -> None:
         """Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint
         too) and stops, whatever val_before_train says."""
         if not ((self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only):
             return
-        val_metrics = self._validate()
-        self._note_val(val_metrics)
-        if self.compact:
-            print(compact_line(self.global_steps, self.total_training_steps, val_metrics, None))
-        else:
-            pprint(f"Initial validation metrics: {val_metrics}")
-        tracker.log(data=val_metrics, step=self.global_steps)
-        # so the curves start where training starts (a resumed checkpoint's step has its row already)
-        if self.metrics_log is not None and self.metrics_log.last_step < self.global_steps:
-            self.metrics_log.log(self.global_steps, val_metrics)
+        self.run_log.first_validation(self.global_steps, self._validate())
 
     def _start_step(self, batches, first_step: int) -> tuple[DataProto, dict, dict] | None:
         """The step's (batch, metrics, timing_raw) from `batches`, or None when the data ran out. The profile window
@@ -539,9 +492,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         timing_raw.update(profile_timing)
         return batch, metrics, timing_raw
 
-    def _run_step(
-        self, batch: DataProto, metrics: dict, timing_raw: dict, is_last: bool, time_base: float, fit_start: float
-    ) -> DataProto:
+    def _run_step(self, batch: DataProto, metrics: dict, timing_raw: dict, is_last: bool) -> DataProto:
         """Train on the batch (returned as trained, its metrics added to `metrics`), save a checkpoint when one is
         due, sync the rollout's weights, validate when due, and close the step's profile window."""
         test_freq = self.config.trainer.test_freq
@@ -549,7 +500,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         with marked_timer("step", timing_raw):
             batch = self.train_on_batch(batch, metrics, timing_raw)
             metrics.update(self._batch_metrics(batch, metrics))
-            self._maybe_save_checkpoint(is_last, timing_raw, time_base, fit_start, (batch, metrics, validates))
+            self._maybe_save_checkpoint(is_last, timing_raw, (batch, metrics, validates))
             self.sync_weights(timing_raw)
         if validates:
             with marked_timer("testing", timing_raw, color="green"):
@@ -563,30 +514,13 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
         return batch
 
-    def _log_step(self, tracker, progress, batch: DataProto, metrics: dict, timing_raw: dict, seconds: float) -> None:
-        """The step's row, with its times: to the tracker, the compact console (`seconds` since the previous row),
-        the JSONL log and the progress bar."""
-        metrics.update(self._timing_metrics(batch, timing_raw))
-        tracker.log(data=metrics, step=self.global_steps)
-        self._note_val(metrics)
-        if self.compact:
-            progress.write(compact_line(self.global_steps, self.total_training_steps, metrics, seconds))
-        if self.metrics_log is not None:
-            self.metrics_log.log(self.global_steps, metrics)
-        progress.update(1)
-
     def _end_step(self, batch: DataProto) -> None:
         self.global_steps += 1
         if hasattr(self.train_dataset, "on_batch_end"):  # verl's experimental hook: the dataset may change
             self.train_dataset.on_batch_end(batch=batch)
 
     def _maybe_save_checkpoint(
-        self,
-        is_last: bool,
-        timing_raw: dict,
-        time_base: float,
-        fit_start: float,
-        step_so_far: tuple[DataProto, dict, bool] | None = None,
+        self, is_last: bool, timing_raw: dict, step_so_far: tuple[DataProto, dict, bool] | None = None
     ) -> None:
         """Save on the last step, every `save_freq` steps, and (verl's ESI check) when the capacity block this job
         runs on is about to expire.
@@ -594,7 +528,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         As in verl, the save comes before the weight sync and validation (the rollout still sleeps: on a GPU shared
         with it the actor has the memory to itself), so before the step's metrics row can be written. The row so far,
         from `step_so_far` = (batch, metrics, whether the step validates), goes into the checkpoint so that a crash
-        in between leaves no gap (`_recover_row`)."""
+        in between leaves no gap (`RunLog.holding_row`, `RunLog.recover_row`)."""
         save_freq = self.config.trainer.save_freq
         if save_freq <= 0:
             return
@@ -605,35 +539,15 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             if esi:
                 print("[verl_ext] force saving a checkpoint: the instance's capacity block expires soon")
             with marked_timer("save_checkpoint", timing_raw, color="green"):
-                self.train_time_s = train_time_s(time_base, fit_start)
+                self.clock.read()  # the checkpoint's training time, and the held row's
+                holding = contextlib.nullcontext()
                 if step_so_far is not None:
                     batch, metrics, validates = step_so_far
-                    times = {"time/wall": time.time(), "time/train_total_s": self.train_time_s}
+                    times = {"time/wall": time.time(), "time/train_total_s": self.clock.total_s}
                     row = {**metrics, **compute_timing_metrics(batch=batch, timing_raw=timing_raw), **times}
-                    self._row_so_far = {"step": self.global_steps, "validates": validates, "metrics": row}
-                try:
+                    holding = self.run_log.holding_row(self.global_steps, validates, row)
+                with holding:
                     self._save_checkpoint()
-                finally:
-                    self._row_so_far = None
-
-    def _recover_row(self, tracker) -> None:
-        """On resume: if the crash came after the checkpoint's save but before its step's row was written, write
-        that row now from the checkpoint, validating the checkpoint's weights first if that step was to validate.
-        The recovered row says so (`training/row_recovered`) and lacks what the lost run measured after the save
-        (weight sync, validation and step times, throughput). Without a JSONL log there is nothing to check against,
-        so nothing is written."""
-        row, self._resumed_row = self._resumed_row, None
-        if row is None or self.metrics_log is None or row["step"] != self.global_steps:
-            return
-        if self.metrics_log.last_step >= row["step"]:
-            return  # the row was written before the crash
-        metrics = dict(row["metrics"])
-        if row["validates"]:
-            metrics.update(self._validate())
-        metrics["training/row_recovered"] = 1
-        print(f"[verl_ext] step {row['step']}: metrics row lost after its checkpoint; written from the checkpoint")
-        tracker.log(data=metrics, step=row["step"])
-        self.metrics_log.log(row["step"], metrics)
 
     def _finalize_async_calls(self, blocking: bool) -> None:
         """verl's asynchronous checkpoint saves finish here (worker groups that have them)."""
@@ -650,35 +564,12 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             metrics.update({k: v for k, v in overall.items() if f"/{ALL_SOURCES}/" in k})
         return metrics
 
-    def _note_val(self, metrics: dict) -> None:
-        val = val_accuracy(metrics)
-        if val is not None:
-            self._val_first = val if self._val_first is None else self._val_first
-            self._val_last = val
-
     def _close_run(self, plot: bool) -> None:
+        """The run's end: verl's asynchronous saves and rollout dumps finish, the run log closes (the curves drawn if
+        `plot`), and its closing lines are kept for the driver (`closing_lines`)."""
         self._finalize_async_calls(blocking=True)
-        if self.metrics_log is not None:
-            self.metrics_log.close()
         self._shutdown_dump_executor()
-        plot_path = self.plot_metrics() if plot else None
-        if self.compact:
-            log = self.config.trainer.get("jsonl_metrics_path")
-            print(run_summary(self._val_first, self._val_last, self.val_baseline, log, plot_path))
-
-    def plot_metrics(self) -> Path:
-        """`trainer.plot_keys` of this run's JSONL log, as `<log stem>.png` next to it."""
-        log = Path(self.config.trainer.jsonl_metrics_path)
-        out = log.with_suffix(".png")
-        present = [k for k in self.plot_keys if any(k in r for r in read_jsonl(log))]
-        baseline = self.val_baseline
-        references = {str(baseline["label"]): float(baseline["value"])} if baseline else None
-        plot_runs(
-            [log], present or self.plot_keys, out, labels=[self.config.trainer.experiment_name], references=references
-        )
-        if not self.compact:
-            print(f"[verl_ext] metric curves: {out}")
-        return out
+        self.closing_lines = self.run_log.close(plot=plot)
 
     def _batch_metrics(self, batch: DataProto, metrics: dict) -> dict:
         """The step's metrics known once its update is done (all but the times)."""
@@ -699,7 +590,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         n_gpus = self.resource_pool_manager.get_n_gpus()
         return {
             "time/wall": time.time(),
-            "time/train_total_s": self.train_time_s,
+            "time/train_total_s": self.clock.total_s,
             **compute_timing_metrics(batch=batch, timing_raw=timing_raw),
             **compute_throughout_metrics(batch=batch, timing_raw=timing_raw, n_gpus=n_gpus),
         }

@@ -53,7 +53,8 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
         if len(set(sources.tolist())) > 1:
             summary["by_source"] = by_source(counts, sources, s.k)
         write_outputs(s.out_dir, summary, counts, index, keys, sources)
-        print(format_summary(summary, s.out_dir))
+        # printed by the driver process (the TaskRunner returns them; verl_ext/trainer/launch.py)
+        self.closing_lines = format_summary(summary, s.out_dir).splitlines()
 
     def _sample(self, s: ProbeSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         from torch.utils.data import DataLoader

@@ -1,5 +1,10 @@
 """Ray TaskRunner that builds verl's workers, datasets and resource pools exactly as verl 0.9.1's legacy runner does,
-then runs the trainer class named by `trainer.trainer_cls` (default: the project's ExtRayPPOTrainer)."""
+then runs the trainer class named by `trainer.trainer_cls` (default: the project's ExtRayPPOTrainer).
+
+`run` returns the trainer's closing lines (`closing_lines`: the run summary, the probe's report) for the driver
+process to print (verl_ext/trainer/launch.py): printed here, just before Ray shuts down, Ray's log forwarding can
+drop them. A run that fails returns nothing, so its closing lines are printed here, before the error propagates.
+"""
 
 from __future__ import annotations
 
@@ -49,4 +54,10 @@ class ExtTaskRunner(BaseTaskRunner):
             train_sampler=create_rl_sampler(data, train_dataset),
         )
         trainer.init_workers()
-        trainer.fit()
+        try:
+            trainer.fit()
+        except BaseException:
+            for line in getattr(trainer, "closing_lines", []):
+                print(line, flush=True)
+            raise
+        return list(getattr(trainer, "closing_lines", []))

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import e2e_config, run_task_runner
 from verl_ext.curriculum.pass_rates import BINS
+from verl_ext.trainer.probe import format_summary
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ def test_probe_measures_the_heavy_tail_and_predicts_the_saving(ray_cpu, heavy_as
     )
     as_probe(cfg)
     prepare_config(cfg)
-    run_task_runner(ExtTaskRunner, cfg)
+    lines = run_task_runner(ExtTaskRunner, cfg)
 
     rows = [json.loads(line) for line in (out / "pass_rates.jsonl").read_text().splitlines()]
     summary = json.loads((out / "probe.json").read_text())
@@ -68,6 +69,10 @@ def test_probe_measures_the_heavy_tail_and_predicts_the_saving(ray_cpu, heavy_as
     hist = summary["histogram"]
     assert list(hist) == BINS and sum(hist.values()) == pytest.approx(1.0)
     assert hist["zeros"] == pytest.approx(np.mean(counts == 0)) and hist["ones"] == pytest.approx(np.mean(counts == K))
+    # the report comes back as the task's result, for the driver to print (Ray can drop an actor's last lines)
+    assert lines == format_summary(summary, out).splitlines()
+    assert lines[0].startswith(f"[probe] {PROMPTS} prompts x {K} responses: pass@1 ")
+    assert lines[-1].startswith("[probe] wrote")
 
     # The task's structure: index -> ground truth digit of the training row.
     truth = pd.read_parquet(heavy_assets.train_file)["reward_model"].map(lambda r: int(r["ground_truth"]))
