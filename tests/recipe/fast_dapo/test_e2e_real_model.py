@@ -1,28 +1,41 @@
-"""Fast DAPO on a real pretrained model, end to end on the test backend: SmolLM2-135M-Instruct as released (its real
-tokenizer, chat template and Llama weights) on the generated math task, one training step (screening, continuation
-and update in fused generation calls) through vLLM and FSDP2, the model's own answers scored by math_verify."""
+"""Fast DAPO on a real pretrained model, end to end on the test backend, through the driver a user runs
+(`python -m recipe.fast_dapo.main +preset=real...`, as `make demo-real` does: its own Ray, the compact console):
+SmolLM2-135M-Instruct as released (its real tokenizer, chat template and Llama weights) on the generated math task,
+one training step (screening, continuation and update in fused generation calls) through vLLM and FSDP2, the model's
+own answers scored by math_verify; the closing summary reaches the driver's stdout last.
+
+The trainer runs inside a Ray actor; lines printed there just before Ray shuts down can be dropped by Ray's log
+forwarding (a `make demo` ended on its last step line). The summary is returned by the task and printed by the
+driver after Ray is down. The workers run this checkout's code: the subprocess gets it first on PYTHONPATH, which
+Ray's workers inherit. One run carries both checks (a verl start-up costs minutes on 2 cores).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import e2e_config, run_task_runner
+from tests.conftest import backend_overrides
 from verl_ext.metrics_log import read_jsonl
+from verl_ext.metrics_log.console import run_summary, val_accuracy
 
 pytestmark = pytest.mark.e2e
 
+ROOT = Path(__file__).resolve().parents[3]
 TRAIN_BATCH, N_SCREEN, N_CONTINUE = 2, 4, 2
 
 
-def _config(out):
-    from recipe.fast_dapo.config_check import prepare_config
-    from verl_ext.trainer.launch import register_lazy_resolvers
-
-    register_lazy_resolvers()
-    overrides = [
+def _overrides(out: Path) -> list[str]:
+    return [
+        *backend_overrides(),
         "+preset=real",
         f"data.train_batch_size={TRAIN_BATCH}",
         "data.gen_batch_size=6",
@@ -39,26 +52,40 @@ def _config(out):
         "trainer.test_freq=1",
         "trainer.save_freq=-1",
         "trainer.val_before_train=false",
-        "trainer.logger=[console]",
-        "trainer.plot_keys=[]",
         f"trainer.default_local_dir={out}",
         f"trainer.rollout_data_dir={out / 'rollouts'}",
         f"trainer.validation_data_dir={out / 'validation'}",
+        f"hydra.run.dir={out / 'hydra'}",
     ]
-    cfg = e2e_config("fast_dapo", overrides, config_module="recipe.fast_dapo.config")
-    prepare_config(cfg)
-    return cfg
 
 
-def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
+def run_driver(out: Path) -> subprocess.CompletedProcess:
+    ray_tmp = tempfile.mkdtemp(prefix="vxdrv-", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own Ray, as `make demo-real` starts
+    env.update(RAY_TMPDIR=ray_tmp, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p))
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "recipe.fast_dapo.main", *_overrides(out)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=1500,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    (out / "driver.log").write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    return r
+
+
+def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
     from transformers import AutoTokenizer
 
+    from verl_ext.pretrained.smollm2 import ensure_smollm2
     from verl_ext.reward.math_reward import compute_score
-    from verl_ext.trainer.task_runner import ExtTaskRunner
 
-    cfg = _config(tmp_path)
-    run_task_runner(ExtTaskRunner, cfg)
-
+    r = run_driver(tmp_path)
     (row,) = read_jsonl(tmp_path / "metrics.jsonl")
     N = N_SCREEN + N_CONTINUE
     assert row["step"] == 1
@@ -74,7 +101,7 @@ def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
     modules = [k for k in row if k.startswith("val-core/mathgen/") and k.endswith("/acc/mean@1")]
     assert len(modules) >= 2
 
-    tok = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
+    tok = AutoTokenizer.from_pretrained(ensure_smollm2())
     dumped = [json.loads(line) for p in sorted((tmp_path / "rollouts").glob("*.jsonl")) for line in open(p)]
     assert len(dumped) == TRAIN_BATCH * N
     boxed = 0
@@ -91,3 +118,15 @@ def test_fast_dapo_step_on_smollm2(ray_cpu, tmp_path):
     assert boxed > 0 and 0 < sum(d["score"] for d in dumped) < len(dumped)
     val = [json.loads(line) for p in (tmp_path / "validation").glob("*.jsonl") for line in open(p)]
     assert len(val) == 8 and {d["score"] for d in val} <= {0.0, 1.0}
+
+    # the closing summary (validation accuracy, the baseline the preset names, the log, the curves) comes last on
+    # the driver's stdout, printed once, by the driver
+    lines = r.stdout.splitlines()
+    acc = val_accuracy(row)
+    assert any(line.startswith("step 1/1 ") and f"val acc {acc:.3f}" in line for line in lines), "the compact line"
+    summary = lines[-3:]
+    assert summary[0].startswith(f"[verl_ext] validation accuracy {acc:.3f} -> {acc:.3f} ("), lines[-20:]
+    log, plot = str(tmp_path / "metrics.jsonl"), str(tmp_path / "metrics.png")
+    assert summary[1:] == run_summary(acc, acc, None, log, plot).splitlines()[1:], lines[-20:]
+    assert sum("[verl_ext] metrics log:" in line for line in lines + r.stderr.splitlines()) == 1, "the driver's only"
+    assert (tmp_path / "metrics.png").exists()
