@@ -233,7 +233,10 @@ def memory_part(args, dist) -> None:
     N, n, tbs = args.N, args.n, args.train_batch_size
     rates = dist.sample(args.dataset_size, np.random.default_rng(args.seed + 2))
     gbs_fast = math.ceil(tbs / dist.expected_keep(n))
-    default = MemorySettings(enable=True, key="index", seed=args.seed)
+    # the recipe's memory settings (fast_dapo.yaml, the one place they are set), on, keyed by the simulated index
+    from recipe.fast_dapo.config_check import yaml_default
+
+    default = MemorySettings(**{**yaml_default("curriculum.memory"), "enable": True, "key": "index", "seed": args.seed})
     rows = [
         ("dapo", "dapo", tbs, None),
         ("fast, no memory", "fast", gbs_fast, None),

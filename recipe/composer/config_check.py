@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
 from verl_ext.config.errors import ConfigError
@@ -23,6 +24,8 @@ _DEFAULT_SDPO = OmegaConf.to_container(_YAML.composer.sdpo)
 _DEFAULT_REPLAY = {
     k: v for k, v in OmegaConf.to_container(_YAML.composer.replay).items() if k not in ("pairs_path", "teacher_pool")
 }  # these two point at the run's directory
+# composer.replay.teacher_pool as written (its cache path is resolved against each run's config: _default_pool)
+_DEFAULT_POOL = OmegaConf.to_container(_YAML.composer.replay.teacher_pool, resolve=False)
 HINT_MODES = ("turn", "append")
 SDPO_FORMS = ("full_logit", "sampled_token")
 _TOP_KEYS = {"beta_replay", "sdpo", "replay"}
@@ -195,7 +198,7 @@ def _teacher_pool(cfg: DictConfig, replay: dict) -> TeacherPoolConfig:
         raise ConfigError("composer.beta_replay > 0 needs composer.replay.pairs_path (the DPO pairs JSONL)")
     pool_raw = replay.get("teacher_pool") or {}
     try:
-        pool = TeacherPoolConfig.from_dict(pool_raw)
+        pool = TeacherPoolConfig.from_dict({**_default_pool(cfg), **pool_raw})
     except (TypeError, ValueError) as e:
         raise ConfigError(f"composer.replay.teacher_pool: {e}") from e
     from verl.trainer.ppo.utils import need_reference_policy
@@ -213,6 +216,16 @@ def _teacher_pool(cfg: DictConfig, replay: dict) -> TeacherPoolConfig:
         raise ConfigError(f"composer.replay: {e}") from e
     _check_replay_update_order(cfg)
     return pool
+
+
+def _default_pool(cfg: DictConfig) -> dict:
+    """composer.yaml's composer.replay.teacher_pool (the spend caps, the cache, retries, workers: TeacherPoolConfig
+    has no defaults of its own), its interpolations resolved against the run's config (the cache goes in the run's
+    directory)."""
+    try:
+        return OmegaConf.to_container(OmegaConf.create(_DEFAULT_POOL, parent=cfg), resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"composer.replay.teacher_pool: composer.yaml's values need the run's config: {e}") from e
 
 
 def _check_run(cfg: DictConfig) -> None:

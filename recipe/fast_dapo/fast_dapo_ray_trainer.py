@@ -67,8 +67,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         self.pad_rows = 0  # rows added so the fused batch splits evenly over agent-loop workers
         self._batch_stats: dict = {}
         # Re-screen kept prompts whose screening responses are older than this many updates (None = never).
-        k = (self.config.get("curriculum") or {}).get("max_screen_staleness", None)
-        self.max_screen_staleness = None if k is None else int(k)
+        self.max_screen_staleness = s.max_screen_staleness
         self.rescreened_prompts = 0
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler):
@@ -195,7 +194,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         a = self.auto_gen_batch
         if not a.enable:
             return None
-        return self.controller.screening_target(self.gen_batch_size, a.confidence, a.window)
+        return self.controller.screening_target(self.gen_batch_size, confidence=a.confidence, window=a.window)
 
     def _queue_fresh_prompts(self, it, screen: int | None) -> bool:
         """Queue fresh prompts for the next call: one dataloader batch, or (auto) batches until ``screen`` are

@@ -72,3 +72,30 @@ def test_left_out_keys_take_composer_yaml_values():
         yaml.replay.rule,
         yaml.replay.min_agree,
     )
+
+
+def test_teacher_pool_keys_left_out_take_composer_yaml_values():
+    """TeacherPoolConfig has no defaults (a spend cap left out would be "no cap", a trap for a paid API): a config
+    that gives only the teachers gets composer.yaml's caps, cache (in the run's directory), retries and workers, the
+    pool built from the YAML alone; the driver's fully composed config gets the same."""
+    from dataclasses import MISSING, fields
+
+    from verl_ext.composer.teacher_pool import TeacherPoolConfig
+
+    yaml = OmegaConf.to_container(OmegaConf.load(COMPOSER_YAML).composer.replay.teacher_pool, resolve=False)
+    assert [f.name for f in fields(TeacherPoolConfig)] == list(yaml)
+    assert all(f.default is MISSING and f.default_factory is MISSING for f in fields(TeacherPoolConfig))
+    assert isinstance(yaml["max_calls"], int)  # the recipe's spend cap is finite
+    composed = _cfg(TEACHER)
+    cfg = _cfg(TEACHER)
+    with open_dict(cfg):
+        for key in [k for k in cfg.composer.replay.teacher_pool if k != "teachers"]:
+            cfg.composer.replay.teacher_pool.pop(key)
+    run_dir = cfg.trainer.default_local_dir
+    assert yaml["cache_path"] == "${trainer.default_local_dir}/teacher_cache.jsonl"
+    teachers = OmegaConf.to_container(cfg.composer.replay.teacher_pool.teachers)
+    from_yaml = TeacherPoolConfig.from_dict(
+        {**yaml, "cache_path": f"{run_dir}/teacher_cache.jsonl", "teachers": teachers}
+    )
+    assert composer_settings(cfg).pool == from_yaml
+    assert composer_settings(composed).pool == from_yaml

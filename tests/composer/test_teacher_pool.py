@@ -6,10 +6,23 @@ import socket
 import uuid
 
 import pytest
+from omegaconf import OmegaConf
 
+from recipe.composer.config_check import COMPOSER_YAML
 from verl_ext.composer import TeacherConfig, TeacherPool, TeacherPoolConfig, TeacherRequest
 
 FAST = dict(backoff_base_s=0.01, backoff_max_s=0.05)
+# composer.yaml's teacher pool values (TeacherPoolConfig has no defaults); its cache path is in a run's directory
+RECIPE_POOL = {
+    k: v
+    for k, v in OmegaConf.to_container(OmegaConf.load(COMPOSER_YAML).composer.replay.teacher_pool).items()
+    if k not in ("teachers", "cache_path")
+}
+
+
+def pool_config(teachers, **changes) -> TeacherPoolConfig:
+    """The recipe's pool settings for `teachers`, no cache unless `cache_path` is given, and `changes`."""
+    return TeacherPoolConfig(teachers=teachers, **{**RECIPE_POOL, "cache_path": None, **changes})
 
 
 def teacher(server, model, name=None, **kw):
@@ -34,7 +47,7 @@ def test_parallel_answers_from_every_teacher(chat_server):
         teacher(chat_server, "ok", name="b"),
         teacher(chat_server, "ok", name="c", max_tokens=7),
     )
-    with TeacherPool(TeacherPoolConfig(teachers=teachers, max_workers=6, **FAST)) as pool:
+    with TeacherPool(pool_config(teachers, max_workers=6, **FAST)) as pool:
         results = pool.query_many(requests(3))
         stats = pool.stats()
     for step, answers in enumerate(results):
@@ -58,7 +71,7 @@ def test_faults_are_counted_and_never_raise(chat_server):
         teacher(chat_server, "slow:1.0", timeout_s=0.2),
         TeacherConfig(name="dead", base_url=dead_url(), model="m", timeout_s=1.0),
     )
-    with TeacherPool(TeacherPoolConfig(teachers=teachers, max_retries=2, max_workers=9, **FAST)) as pool:
+    with TeacherPool(pool_config(teachers, max_retries=2, max_workers=9, **FAST)) as pool:
         (answers,) = pool.query_many(requests(1))
         stats = pool.stats()
     answered = {name for name, a in answers.items() if a is not None}
@@ -79,7 +92,7 @@ def test_faults_are_counted_and_never_raise(chat_server):
 
 def test_call_cap_holds_and_is_reported(chat_server, caplog):
     teachers = tuple(teacher(chat_server, "ok", name=n) for n in "abc")
-    config = TeacherPoolConfig(teachers=teachers, max_calls=5, max_workers=4, **FAST)
+    config = pool_config(teachers, max_calls=5, max_workers=4, **FAST)
     with caplog.at_level(logging.WARNING), TeacherPool(config) as pool:
         results = pool.query_many(requests(3))
         later = pool.query(requests(1, trace="t1")[0])
@@ -92,7 +105,7 @@ def test_call_cap_holds_and_is_reported(chat_server, caplog):
 
 
 def test_token_cap_holds(chat_server):
-    config = TeacherPoolConfig(teachers=(teacher(chat_server, "ok"),), max_total_tokens=250, max_workers=1, **FAST)
+    config = pool_config((teacher(chat_server, "ok"),), max_total_tokens=250, max_workers=1, **FAST)
     with TeacherPool(config) as pool:
         results = pool.query_many(requests(6))
         stats = pool.stats()
@@ -104,7 +117,7 @@ def test_token_cap_holds(chat_server):
 
 def test_missing_usage_is_charged_max_tokens(chat_server):
     only = (teacher(chat_server, "no_usage", max_tokens=40),)
-    config = TeacherPoolConfig(teachers=only, max_total_tokens=100, max_workers=1)
+    config = pool_config(only, max_total_tokens=100, max_workers=1)
     with TeacherPool(config) as pool:
         pool.query_many(requests(4))
         stats = pool.stats()
@@ -114,7 +127,7 @@ def test_missing_usage_is_charged_max_tokens(chat_server):
 def test_cache_prevents_paying_twice_across_restarts(chat_server, tmp_path):
     cache = tmp_path / "teacher_cache.jsonl"
     teachers = (teacher(chat_server, "ok", name="a"), teacher(chat_server, "fail_500_then_ok:1", name="b"))
-    config = TeacherPoolConfig(teachers=teachers, cache_path=str(cache), **FAST)
+    config = pool_config(teachers, cache_path=str(cache), **FAST)
     with TeacherPool(config) as pool:
         first = pool.query_many(requests(3))
     calls_after_first = sum(chat_server.calls.values())
@@ -127,7 +140,7 @@ def test_cache_prevents_paying_twice_across_restarts(chat_server, tmp_path):
     assert [{k: v.text for k, v in r.items()} for r in first] == [{k: v.text for k, v in r.items()} for r in second]
     assert all(a.cached for r in second for a in r.values())
     # a different model under the same teacher name is not served from the cache
-    changed = TeacherPoolConfig(teachers=(teacher(chat_server, "slow:0", name="a"),), cache_path=str(cache))
+    changed = pool_config((teacher(chat_server, "slow:0", name="a"),), cache_path=str(cache))
     with TeacherPool(changed) as pool:
         (answers,) = pool.query_many(requests(1))
     assert answers["a"].text == "slow:0 says state 0" and chat_server.calls["slow:0"] == 1
@@ -135,7 +148,7 @@ def test_cache_prevents_paying_twice_across_restarts(chat_server, tmp_path):
 
 def test_torn_cache_line_is_skipped(chat_server, tmp_path):
     cache = tmp_path / "cache.jsonl"
-    config = TeacherPoolConfig(teachers=(teacher(chat_server, "ok"),), cache_path=str(cache))
+    config = pool_config((teacher(chat_server, "ok"),), cache_path=str(cache))
     with TeacherPool(config) as pool:
         pool.query_many(requests(2))
     with cache.open("a") as f:
@@ -152,7 +165,7 @@ def test_api_key_never_leaks(chat_server, tmp_path, caplog, monkeypatch):
         teacher(chat_server, model, api_key_env="COMPOSER_TEST_KEY", timeout_s=0.2)
         for model in ("ok", "always_500", "malformed", "http_401", "slow:1.0")
     ) + (TeacherConfig(name="dead", base_url=dead_url(), model="m", api_key_env="COMPOSER_TEST_KEY", timeout_s=0.5),)
-    config = TeacherPoolConfig(teachers=teachers, cache_path=str(tmp_path / "cache.jsonl"), max_retries=1, **FAST)
+    config = pool_config(teachers, cache_path=str(tmp_path / "cache.jsonl"), max_retries=1, **FAST)
     (tmp_path / "pool_config.json").write_text(json.dumps(config.to_dict()))
     with caplog.at_level(logging.DEBUG), TeacherPool(config) as pool:
         pool.query_many(requests(2))
@@ -169,7 +182,7 @@ def test_api_key_never_leaks(chat_server, tmp_path, caplog, monkeypatch):
 
 
 def test_submit_many_does_not_block(chat_server):
-    config = TeacherPoolConfig(teachers=(teacher(chat_server, "slow:0.3"),))
+    config = pool_config((teacher(chat_server, "slow:0.3"),))
     with TeacherPool(config) as pool:
         future = pool.submit_many(requests(2))
         assert not future.done()  # the caller gets control back while the teacher is still thinking
@@ -181,16 +194,28 @@ def test_config_errors_are_early(monkeypatch):
     monkeypatch.delenv("COMPOSER_UNSET_KEY", raising=False)
     good = dict(name="a", base_url="http://127.0.0.1:1/v1", model="m")
     with pytest.raises(ValueError, match="COMPOSER_UNSET_KEY is not set"):
-        TeacherPool(TeacherPoolConfig(teachers=(TeacherConfig(**good, api_key_env="COMPOSER_UNSET_KEY"),)))
+        TeacherPool(pool_config((TeacherConfig(**good, api_key_env="COMPOSER_UNSET_KEY"),)))
     with pytest.raises(ValueError, match="base_url"):
         TeacherConfig(name="a", base_url="127.0.0.1:8000", model="m")
     with pytest.raises(ValueError, match="unique"):
-        TeacherPoolConfig(teachers=(TeacherConfig(**good), TeacherConfig(**good)))
+        pool_config((TeacherConfig(**good), TeacherConfig(**good)))
     with pytest.raises(ValueError, match="unknown teacher pool config keys"):
         TeacherPoolConfig.from_dict({"teachers": [good], "max_call": 3})
     with pytest.raises(ValueError, match="unknown teacher config keys"):
         TeacherPoolConfig.from_dict({"teachers": [{**good, "api_key": "sk-inline"}]})
     with pytest.raises(ValueError, match="max_calls"):
-        TeacherPoolConfig(teachers=(TeacherConfig(**good),), max_calls=-1)
-    parsed = TeacherPoolConfig.from_dict({"teachers": [good], "max_calls": 3})
+        pool_config((TeacherConfig(**good),), max_calls=-1)
+    parsed = TeacherPoolConfig.from_dict({**RECIPE_POOL, "cache_path": None, "teachers": [good], "max_calls": 3})
     assert parsed.teachers[0].model == "m" and parsed.max_calls == 3
+
+
+def test_spend_caps_and_cache_have_no_silent_default():
+    """A cap or cache left out is an error naming it, not "no cap" (a trap for a paid API) nor a second copy of
+    composer.yaml's values; null switches one off, written out."""
+    good = dict(name="a", base_url="http://127.0.0.1:1/v1", model="m")
+    with pytest.raises(ValueError, match=r"missing teacher pool config keys \['cache_path', 'max_calls', "):
+        TeacherPoolConfig.from_dict({"teachers": [good]})
+    with pytest.raises(TypeError, match="max_calls"):
+        TeacherPoolConfig(teachers=(TeacherConfig(**good),))
+    uncapped = pool_config((TeacherConfig(**good),), max_calls=None, max_total_tokens=None)
+    assert uncapped.max_calls is None and uncapped.max_total_tokens is None

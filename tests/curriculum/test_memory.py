@@ -12,6 +12,7 @@ import pytest
 import torch
 from verl import DataProto
 
+from recipe.fast_dapo.config_check import yaml_default
 from verl_ext.curriculum import memory as memory_module
 from verl_ext.curriculum.controller import PHASE_KEY, SCREEN, DataController
 from verl_ext.curriculum.dataproto_ops import PAD_KEY, pad_to_multiple
@@ -24,6 +25,15 @@ from verl_ext.curriculum.memory import (
     prompt_keys,
     uniform_outcome,
 )
+
+# fast_dapo.yaml's curriculum.memory, the one place its values are set (MemorySettings has no defaults)
+RECIPE_MEMORY = yaml_default("curriculum.memory")
+
+
+def recipe_memory(**changes) -> MemorySettings:
+    """The recipe's memory settings with `changes`."""
+    return MemorySettings(**{**RECIPE_MEMORY, **changes})
+
 
 # ---------------------------------------------------------------- slow reference (plain python, one prompt at a time)
 
@@ -75,9 +85,9 @@ class ReferenceMemory:
 
 
 SETTINGS = [
-    MemorySettings(enable=True),
-    MemorySettings(enable=True, skip_all_wrong=0.9, skip_all_correct=0.3, decay=0.8, max_skip=0.95, seed=7),
-    MemorySettings(enable=True, skip_all_wrong=1.0, skip_all_correct=1.0, decay=1.0, max_skip=0.5, seed=3),
+    recipe_memory(enable=True),
+    recipe_memory(enable=True, skip_all_wrong=0.9, skip_all_correct=0.3, decay=0.8, max_skip=0.95, seed=7),
+    recipe_memory(enable=True, skip_all_wrong=1.0, skip_all_correct=1.0, decay=1.0, max_skip=0.5, seed=3),
 ]
 
 
@@ -110,7 +120,7 @@ def test_random_histories_match_reference(settings, seed):
 
 
 def test_rule_on_hand_cases():
-    s = MemorySettings(enable=True, skip_all_wrong=0.5, skip_all_correct=0.8, decay=0.5, max_skip=0.9)
+    s = recipe_memory(enable=True, skip_all_wrong=0.5, skip_all_correct=0.8, decay=0.5, max_skip=0.9)
     mem = PassRateMemory(s)
     out = np.array([MIXED, ALL_WRONG, ALL_WRONG, ALL_WRONG, ALL_CORRECT, ALL_CORRECT, ALL_WRONG])
     streak = np.array([0, 1, 2, 2, 1, 3, 1])
@@ -120,7 +130,7 @@ def test_rule_on_hand_cases():
 
 
 def test_new_and_mixed_prompts_are_never_skipped_and_uniform_ones_at_the_base_rate():
-    s = MemorySettings(enable=True, skip_all_wrong=0.6, skip_all_correct=0.3, seed=1)
+    s = recipe_memory(enable=True, skip_all_wrong=0.6, skip_all_correct=0.3, seed=1)
     mem = PassRateMemory(s)
     keys = np.arange(30000, dtype=np.uint64)
     assert not mem.offer(keys).any()  # first epoch: nothing known
@@ -139,7 +149,7 @@ def test_new_and_mixed_prompts_are_never_skipped_and_uniform_ones_at_the_base_ra
 
 
 def test_exploration_floor_no_prompt_is_skipped_forever():
-    s = MemorySettings(enable=True, skip_all_wrong=1.0, decay=1.0, max_skip=0.9, seed=0)
+    s = recipe_memory(enable=True, skip_all_wrong=1.0, decay=1.0, max_skip=0.9, seed=0)
     mem = PassRateMemory(s)
     keys = np.arange(2000, dtype=np.uint64)
     mem.offer(keys)
@@ -153,7 +163,7 @@ def test_exploration_floor_no_prompt_is_skipped_forever():
 
 
 def test_state_dict_resume_gives_the_same_decisions():
-    s = MemorySettings(enable=True, seed=5)
+    s = recipe_memory(enable=True, seed=5)
     rng = np.random.default_rng(0)
     keys = rng.integers(0, 2**63, size=200, dtype=np.uint64)
     a = PassRateMemory(s)
@@ -178,16 +188,16 @@ def test_state_dict_resume_gives_the_same_decisions():
 
 
 def test_load_state_dict_errors():
-    mem = PassRateMemory(MemorySettings(enable=True))
+    mem = PassRateMemory(recipe_memory(enable=True))
     mem.offer(np.arange(3, dtype=np.uint64))
     state = mem.state_dict()
     with pytest.raises(ValueError, match="keys prompts by 'raw_prompt', this run by 'index'"):
-        PassRateMemory(MemorySettings(enable=True, key="index")).load_state_dict(state)
+        PassRateMemory(recipe_memory(enable=True, key="index")).load_state_dict(state)
     with pytest.raises(ValueError, match="version"):
-        PassRateMemory(MemorySettings(enable=True)).load_state_dict({**state, "version": 99})
+        PassRateMemory(recipe_memory(enable=True)).load_state_dict({**state, "version": 99})
     bad = {**state, "arrays": {**state["arrays"], "keys": state["arrays"]["keys"][::-1].copy()}}
     with pytest.raises(ValueError, match="sorted"):
-        PassRateMemory(MemorySettings(enable=True)).load_state_dict(bad)
+        PassRateMemory(recipe_memory(enable=True)).load_state_dict(bad)
 
 
 def test_uniform_outcome():
@@ -256,14 +266,20 @@ def test_prompt_keys_refuse_values_without_a_content_form():
 )
 def test_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        MemorySettings(**kwargs)
+        recipe_memory(**kwargs)
 
 
 def test_settings_from_mapping():
-    assert MemorySettings.from_mapping(None) == MemorySettings()
-    assert MemorySettings.from_mapping({"enable": True, "decay": 0.7}).decay == 0.7
+    assert MemorySettings.from_mapping(RECIPE_MEMORY) == MemorySettings(**RECIPE_MEMORY)
+    assert MemorySettings.from_mapping({**RECIPE_MEMORY, "enable": True, "decay": 0.7}).decay == 0.7
     with pytest.raises(ValueError, match=r"unknown curriculum.memory keys \['decya'\]"):
         MemorySettings.from_mapping({"decya": 0.7})
+    # no defaults in the library: a key left out is an error naming it, not a second copy of fast_dapo.yaml's value
+    with pytest.raises(ValueError, match=r"missing curriculum.memory keys \['key', 'skip_all_wrong'"):
+        MemorySettings.from_mapping({"enable": True})
+    with pytest.raises(TypeError, match="missing"):
+        MemorySettings(enable=True)
+    assert DataController(2, n=2, n_continue=2, mode="fast", memory=None).memory is None
 
 
 # ---------------------------------------------------------------- inside the DataController
@@ -331,7 +347,7 @@ def outcomes_by_uid(ctrl_rows_uid, ctrl_rows_acc):
 
 @pytest.mark.parametrize(("mode", "n", "n_continue"), [("fast", 4, 4), ("fast", 2, 0), ("dapo", 3, 3)])
 def test_controller_skips_exactly_as_the_reference_rule(mode, n, n_continue, monkeypatch):
-    settings = MemorySettings(enable=True, skip_all_wrong=0.7, skip_all_correct=0.9, decay=0.6, seed=4)
+    settings = recipe_memory(enable=True, skip_all_wrong=0.7, skip_all_correct=0.9, decay=0.6, seed=4)
     ctrl = DataController(train_batch_size=4, n=n, n_continue=n_continue, mode=mode, memory=settings)
     loop = EpochLoop(ctrl, seed=1)
     # Record what each update screened, through the controller's real update (wrapped, not replaced).
@@ -370,7 +386,7 @@ def test_controller_skips_exactly_as_the_reference_rule(mode, n, n_continue, mon
 
 @pytest.mark.parametrize("mid_flight", [False, True])
 def test_controller_resume_makes_the_same_decisions(mid_flight):
-    settings = {"enable": True, "key": "index", "seed": 2}
+    settings = {**RECIPE_MEMORY, "enable": True, "key": "index", "seed": 2}
     loop = EpochLoop(DataController(4, n=4, n_continue=4, mode="fast", memory=settings), seed=3)
     while loop.epoch < 2:
         loop.step()
@@ -431,7 +447,7 @@ def test_version_1_checkpoint_resumes_with_an_empty_memory():
     state = plain_ctrl.state_dict()
     v1 = {**state, "version": 1, "counters": dict(state["counters"])}
     del v1["memory"], v1["counters"]["prompts_skipped_by_memory"]
-    ctrl = DataController(2, n=2, n_continue=2, mode="fast", memory={"enable": True})
+    ctrl = DataController(2, n=2, n_continue=2, mode="fast", memory={**RECIPE_MEMORY, "enable": True})
     ctrl.load_state_dict(v1)
     assert ctrl.counters["prompts_skipped_by_memory"] == 0 and len(ctrl.memory) == 0
     assert ctrl.counters["prompts_awaiting_continuation"] == plain_ctrl.counters["prompts_awaiting_continuation"]
@@ -439,16 +455,18 @@ def test_version_1_checkpoint_resumes_with_an_empty_memory():
 
 def test_memory_errors_and_all_skipped_batches():
     with pytest.raises(ValueError, match="needs mode fast or dapo"):
-        DataController(2, n=2, n_continue=2, mode="plain", memory={"enable": True})
+        DataController(2, n=2, n_continue=2, mode="plain", memory={**RECIPE_MEMORY, "enable": True})
     with pytest.raises(ValueError, match="unknown curriculum.memory keys"):
-        DataController(2, n=2, n_continue=2, memory={"enable": True, "bogus": 1})
-    ctrl = DataController(2, n=2, n_continue=2, memory={"enable": True, "key": "question"})
+        DataController(2, n=2, n_continue=2, memory={**RECIPE_MEMORY, "enable": True, "bogus": 1})
+    ctrl = DataController(2, n=2, n_continue=2, memory={**RECIPE_MEMORY, "enable": True, "key": "question"})
     loop = EpochLoop(ctrl, seed=0)
     with pytest.raises(ValueError, match=r"column 'question'.*available: \['index', 'raw_prompt', 'uid'\]"):
         ctrl.add_fresh_prompts(loop.fresh())
     assert ctrl.counters["memory_prompts"] == 0 and not ctrl.has_generation_inputs  # nothing half-done
     # every prompt screened all-wrong once and certain skipping: the next epoch's batch queues nothing
-    ctrl = DataController(2, n=2, n_continue=0, memory={"enable": True, "skip_all_wrong": 1.0, "max_skip": 0.999999})
+    ctrl = DataController(
+        2, n=2, n_continue=0, memory={**RECIPE_MEMORY, "enable": True, "skip_all_wrong": 1.0, "max_skip": 0.999999}
+    )
     batch = EpochLoop(ctrl, seed=0).fresh()
     assert ctrl.add_fresh_prompts(batch) == len(batch)
     gen_in = ctrl.get_generation_inputs()
@@ -462,7 +480,7 @@ def test_memory_errors_and_all_skipped_batches():
 def test_a_probe_file_seeds_the_memory_as_a_first_screening(tmp_path):
     """A probe's pass_rates.jsonl (as verl_ext.trainer.probe writes it) seeds the memory: all-wrong and all-right
     prompts are skipped at their first offer with the base probabilities, mixed and unknown ones never."""
-    from verl_ext.curriculum.memory import ALL_CORRECT, ALL_WRONG, MIXED, MemorySettings, PassRateMemory, probe_outcome
+    from verl_ext.curriculum.memory import ALL_CORRECT, ALL_WRONG, MIXED, PassRateMemory, probe_outcome
     from verl_ext.trainer.probe import read_pass_rates
 
     path = tmp_path / "pass_rates.jsonl"
@@ -472,7 +490,7 @@ def test_a_probe_file_seeds_the_memory_as_a_first_screening(tmp_path):
     keys, correct, k = read_pass_rates(path)
     assert k == 16 and keys.tolist() == [11, 12, 13] and correct.tolist() == [0, 16, 5]
     assert probe_outcome(correct, k).tolist() == [ALL_WRONG, ALL_CORRECT, MIXED]
-    settings = MemorySettings(enable=True, init_file=str(path), skip_all_wrong=0.4, skip_all_correct=0.6, seed=3)
+    settings = recipe_memory(enable=True, init_file=str(path), skip_all_wrong=0.4, skip_all_correct=0.6, seed=3)
     memory = PassRateMemory(settings)
     memory.record(keys, probe_outcome(correct, k))
     age1 = memory.skip_probability(memory.outcome, memory.streak, memory.visits + 1 - memory.last_visit)
@@ -481,11 +499,10 @@ def test_a_probe_file_seeds_the_memory_as_a_first_screening(tmp_path):
 
 
 def test_probe_file_errors_are_clear(tmp_path):
-    from verl_ext.curriculum.memory import MemorySettings
     from verl_ext.trainer.probe import read_pass_rates
 
     with pytest.raises(ValueError, match="init_file"):
-        MemorySettings(enable=True, init_file=str(tmp_path / "missing.jsonl"))
+        recipe_memory(enable=True, init_file=str(tmp_path / "missing.jsonl"))
     mixed_k = tmp_path / "a.jsonl"
     mixed_k.write_text('{"memory_key": 1, "k": 8, "correct": 1}\n{"memory_key": 2, "k": 16, "correct": 1}\n')
     with pytest.raises(ValueError, match="different k"):

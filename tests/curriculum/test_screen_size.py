@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 from verl import DataProto
 
+from recipe.fast_dapo.config_check import yaml_default
 from tests.curriculum.test_controller import SimulatedPolicy
 from verl_ext.curriculum.controller import DataController
 from verl_ext.curriculum.screen_size import (
@@ -16,6 +17,9 @@ from verl_ext.curriculum.screen_size import (
     recent_keep_rate,
     screening_size,
 )
+
+# The recipe's values (fast_dapo.yaml, the one place they are set): the library takes them as arguments.
+AUTO = {k: v for k, v in yaml_default("curriculum.auto_gen_batch").items() if k in ("confidence", "window")}
 
 
 @pytest.mark.parametrize(
@@ -48,15 +52,15 @@ def reference_screening_size(wanted, keep_rate, cap, confidence):
 @pytest.mark.parametrize("confidence", [0.5, 0.8, 0.95])
 def test_screening_size_matches_the_reference(wanted, keep_rate, confidence):
     for cap in (1, 8, 32, 200):
-        got = screening_size(wanted, keep_rate, cap, confidence)
+        got = screening_size(wanted, keep_rate, cap, confidence=confidence)
         assert got == reference_screening_size(wanted, keep_rate, cap, confidence), (cap, got)
     if keep_rate and keep_rate < 1:  # more than the mean alone, to err toward a surplus
-        assert screening_size(wanted, keep_rate, 10_000, 0.8) >= math.ceil(wanted / keep_rate)
+        assert screening_size(wanted, keep_rate, 10_000, confidence=0.8) >= math.ceil(wanted / keep_rate)
 
 
 def test_bad_inputs_are_errors():
     with pytest.raises(ValueError, match="cap >= 1"):
-        screening_size(1, 0.5, 0)
+        screening_size(1, 0.5, 0, confidence=0.8)
     with pytest.raises(ValueError, match="confidence"):
         screening_size(1, 0.5, 8, confidence=1.0)
     with pytest.raises(ValueError, match="bad counts"):
@@ -82,7 +86,7 @@ def run(ctrl: DataController, policy: SimulatedPolicy, steps: int, cap: int, aut
             batches.append(batch)
             waits += [len(batches) - 1 - screened_at[u] for u in dict.fromkeys(batch.non_tensor_batch["uid"])]
             continue
-        target = ctrl.screening_target(cap) if auto else None
+        target = ctrl.screening_target(cap, **AUTO) if auto else None
         while ctrl.counters["prompts_awaiting_screening"] < (target or 1):
             ctrl.add_fresh_prompts(policy.fresh_prompts(cap))
         gen_in = ctrl.get_generation_inputs(max_fresh=target)
@@ -120,11 +124,11 @@ def test_the_screening_history_survives_a_checkpoint_and_old_checkpoints_load():
     twin = DataController(train_batch_size=2, n=2, n_continue=1, mode="fast")
     twin.load_state_dict(state)
     assert twin.screen_history == ctrl.screen_history
-    assert twin.screening_target(cap=40) == ctrl.screening_target(cap=40)
+    assert twin.screening_target(cap=40, **AUTO) == ctrl.screening_target(cap=40, **AUTO)
     old = {**state, "version": 2}
     del old["screen_history"]
     twin.load_state_dict(old)
-    assert twin.screen_history == [] and twin.screening_target(cap=40) == 40, "no estimate yet: the cap"
+    assert twin.screen_history == [] and twin.screening_target(cap=40, **AUTO) == 40, "no estimate yet: the cap"
     assert isinstance(twin.prompts_for_first_generation_phase, DataProto)
 
 

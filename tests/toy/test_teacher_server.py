@@ -26,7 +26,12 @@ def test_right_and_wrong_teachers_answer_the_toy_task(server, tmp_path):
                 for n, m in (("t1", "right"), ("t2", "wrong"))
             ],
             "cache_path": str(tmp_path / "cache.jsonl"),
+            "max_calls": None,  # every field is required: this test's values (the recipe's are in composer.yaml)
+            "max_total_tokens": None,
             "max_retries": 0,
+            "backoff_base_s": 0.0,
+            "backoff_max_s": 0.0,
+            "max_workers": 4,
         }
     )
     pool = TeacherPool(cfg)

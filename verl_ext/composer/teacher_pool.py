@@ -13,7 +13,8 @@ failure is counted by kind.
   total_tokens (prompt + completion when total is absent; `max_tokens` when usage is absent, to stay on the safe
   side). A call slot is reserved under a lock before each request, so the call cap is exact; the token cap is
   checked before each request, so calls already in flight may overshoot it by at most max_workers answers. Once
-  reached, no request is sent again, a warning is logged once, and `stats()["budget_exhausted"]` is True.
+  reached, no request is sent again, a warning is logged once, and `stats()["budget_exhausted"]` is True. Neither
+  cap has a default: None (no cap) must be written out (`TeacherPoolConfig`).
 - Cache: successful answers are appended to a JSONL file keyed by (trace_id, step, teacher name) and reloaded at
   start, so a restart does not pay twice. An entry whose stored model differs from the teacher's model is ignored.
   A torn last line (crash mid-write) is skipped.
@@ -78,27 +79,34 @@ class TeacherConfig:
             raise ValueError(f"teacher {self.name!r}: max_tokens must be a positive int, got {self.max_tokens!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TeacherPoolConfig:
-    """The pool.
+    """The pool. Every field is required, keyword-only: no defaults here.
+
+    A spend cap left out would silently be "no cap", a trap when the teachers are paid APIs, and a cache left out
+    would pay twice after a restart. So the caller writes each one out: `max_calls=None` / `max_total_tokens=None`
+    (no cap) and `cache_path=None` (no cache) are allowed, but only explicitly. The recommended values (a finite
+    `max_calls`, a cache in the run's directory, the retry and worker settings) are the Composer recipe's
+    `composer.replay.teacher_pool` in recipe/composer/config/composer.yaml, the one place they are set; the recipe's
+    config check fills a key a run config leaves out from there (the library never reads a recipe's YAML).
 
     teachers: the N teachers (recommended 3, so that "2 of 3 agree" is meaningful).
     cache_path: JSONL answer cache (None: no cache; not recommended for paid APIs).
     max_calls: cap on HTTP requests sent, retries included (None: no cap).
     max_total_tokens: cap on total tokens from the usage fields (None: no cap).
-    max_retries: retries per teacher query on 429/5xx/timeout/connection errors (recommended 3).
-    backoff_base_s, backoff_max_s: exponential backoff (recommended 1.0 and 30.0 for paid APIs).
-    max_workers: parallel requests (recommended N teachers x a few steps, e.g. 8-16).
+    max_retries: retries per teacher query on 429/5xx/timeout/connection errors.
+    backoff_base_s, backoff_max_s: exponential backoff.
+    max_workers: parallel requests (recommended N teachers x a few steps).
     """
 
     teachers: tuple[TeacherConfig, ...]
-    cache_path: str | None = None
-    max_calls: int | None = None
-    max_total_tokens: int | None = None
-    max_retries: int = 3
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 30.0
-    max_workers: int = 8
+    cache_path: str | None
+    max_calls: int | None
+    max_total_tokens: int | None
+    max_retries: int
+    backoff_base_s: float
+    backoff_max_s: float
+    max_workers: int
 
     def __post_init__(self):
         teachers = tuple(t if isinstance(t, TeacherConfig) else TeacherConfig(**t) for t in self.teachers)
@@ -121,7 +129,8 @@ class TeacherPoolConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TeacherPoolConfig:
-        """Build from a plain dict (e.g. OmegaConf.to_container of the run config); unknown keys are an error."""
+        """Build from a plain dict (e.g. OmegaConf.to_container of the run config); unknown keys are an error, and
+        so is a missing one (null is how a cap or the cache is switched off)."""
         allowed = {f.name for f in fields(cls)}
         unknown = set(data) - allowed
         if unknown:
@@ -131,6 +140,13 @@ class TeacherPoolConfig:
             bad = set(t) - teacher_keys
             if bad:
                 raise ValueError(f"unknown teacher config keys {sorted(bad)}; allowed: {sorted(teacher_keys)}")
+        missing = [f.name for f in fields(cls) if f.name not in data]
+        if missing:
+            raise ValueError(
+                f"missing teacher pool config keys {missing}: every one is required, null to switch a spend cap or "
+                "the cache off (the recipe's values: composer.replay.teacher_pool in recipe/composer/config/"
+                "composer.yaml)"
+            )
         return cls(**{**data, "teachers": tuple(TeacherConfig(**t) for t in data.get("teachers", ()))})
 
     def to_dict(self) -> dict[str, Any]:

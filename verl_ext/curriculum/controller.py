@@ -88,7 +88,7 @@ class DataController:
         filter_metric: non_tensor_batch column of the generated rows used by the keep rule ("acc", "score" or any
             reward extra key); default "acc".
         uid_key: non_tensor_batch column holding the prompt id; default "uid" (verl's).
-        memory: pass-rate memory settings (``MemorySettings`` or a mapping of its fields, e.g. the recipe's
+        memory: pass-rate memory settings (``MemorySettings`` or a mapping of all its fields, e.g. the recipe's
             ``curriculum.memory`` node); None or ``enable: false`` = off. When on (fast and dapo modes), fresh prompts
             that screened uniform in an earlier epoch may be skipped by ``add_fresh_prompts`` (GRESO-style rule in
             ``verl_ext.curriculum.memory``); the memory is part of ``state_dict()``.
@@ -105,13 +105,13 @@ class DataController:
         memory: MemorySettings | Mapping | None = None,
     ):
         _check_config(train_batch_size, n, n_continue, mode)
-        settings = memory if isinstance(memory, MemorySettings) else MemorySettings.from_mapping(memory)
-        if settings.enable and mode == "plain":
+        settings = memory if isinstance(memory, MemorySettings | None) else MemorySettings.from_mapping(memory)
+        if settings is not None and settings.enable and mode == "plain":
             raise ValueError(
                 "DataController: the pass-rate memory skips prompts that would give no signal; plain sampling "
                 "trains on every group, so the memory needs mode fast or dapo"
             )
-        self.memory = PassRateMemory(settings) if settings.enable else None
+        self.memory = PassRateMemory(settings) if settings is not None and settings.enable else None
         self.train_batch_size = int(train_batch_size)
         self.n = int(n)
         self.n_continue = int(n_continue)
@@ -162,13 +162,14 @@ class DataController:
             self.prompts_for_first_generation_phase is not None or self.prompts_for_second_generation_phase is not None
         )
 
-    def screening_target(self, cap: int, confidence: float = 0.8, window: int = 4) -> int:
+    def screening_target(self, cap: int, *, confidence: float, window: int) -> int:
         """Fresh prompts the next call should screen to keep what completes the next training batch
-        (``verl_ext.curriculum.screen_size``): keep rate over the last ``window`` screening calls, at most ``cap``."""
+        (``verl_ext.curriculum.screen_size``): keep rate over the last ``window`` screening calls, at most ``cap``.
+        No defaults: the recipe's ``curriculum.auto_gen_batch`` values live in fast_dapo.yaml."""
         wanted = kept_prompts_wanted(
             self.num_groups_ready, _len(self.prompts_for_second_generation_phase), self.train_batch_size
         )
-        return screening_size(wanted, recent_keep_rate(self.screen_history, window), cap, confidence)
+        return screening_size(wanted, recent_keep_rate(self.screen_history, window), cap, confidence=confidence)
 
     def get_generation_inputs(self, max_fresh: int | None = None) -> DataProto:
         """One fused batch: each queued fresh prompt repeated n times (dapo/plain: N) with ``PHASE_KEY`` "screen",

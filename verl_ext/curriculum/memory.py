@@ -24,11 +24,12 @@ multiplied by ``decay`` because the evidence is getting older while the policy m
 exploration floor: every prompt is screened with probability >= ``1 - max_skip`` at every visit, so no prompt is
 skipped forever. A skipped prompt gets no new observation (nothing was generated for it).
 
-Defaults (``MemorySettings``): skip_all_wrong 0.4, skip_all_correct 0.6, decay 0.5, max_skip 0.9. skip_all_wrong
-keeps >= 80% of the informative prompts (those whose N responses would be mixed) screened, with a margin (the cost
-model's limit is 0.48), in the second epoch of the simulated benchmark (scripts/bench_sampling.py; the measured
-trade-off between responses per training group and informative prompts screened is in docs/PASS_RATE_MEMORY.md);
-all-correct prompts are skipped more readily because a learning policy rarely unlearns them.
+``MemorySettings`` has no defaults: the recommended values are the fast DAPO recipe's ``curriculum.memory`` in
+recipe/fast_dapo/config/fast_dapo.yaml, the one place they are set. Its skip_all_wrong keeps >= 80% of the
+informative prompts (those whose N responses would be mixed) screened, with a margin (the cost model's limit is
+0.48), in the second epoch of the simulated benchmark (scripts/bench_sampling.py; the measured trade-off between
+responses per training group and informative prompts screened is in docs/PASS_RATE_MEMORY.md); all-correct prompts
+are skipped more readily because a learning policy rarely unlearns them.
 
 Decisions draw one uniform number per offered prompt from the memory's own seeded ``numpy`` generator, whose state
 is part of ``state_dict()``: a resumed run makes the same decisions as an uninterrupted one. State is five arrays
@@ -53,28 +54,29 @@ STATE_VERSION = 1
 
 @dataclass(frozen=True)
 class MemorySettings:
-    """Settings of the pass-rate memory (``curriculum.memory`` in the fast DAPO recipe).
+    """Settings of the pass-rate memory (``curriculum.memory`` in the fast DAPO recipe). Every field is required:
+    the values, with the reasons for them, are in recipe/fast_dapo/config/fast_dapo.yaml only.
 
-    enable: turn the memory on (default off: the curriculum screens every prompt).
-    key: non_tensor_batch column identifying a prompt across epochs (hashed; default ``raw_prompt``, the chat
-        messages verl's RLHFDataset gives every row. ``index`` works only if the data sets ``extra_info.index``).
+    enable: turn the memory on (off: the curriculum screens every prompt).
+    key: non_tensor_batch column identifying a prompt across epochs (hashed; ``raw_prompt`` is the chat messages
+        verl's RLHFDataset gives every row. ``index`` works only if the data sets ``extra_info.index``).
     skip_all_wrong / skip_all_correct: GRESO base skip probability after one uniform screening of that kind.
     decay: per-visit factor on the skip probability of a prompt not re-screened since (0 < decay <= 1).
     max_skip: cap on the skip probability (exploration floor 1 - max_skip), 0 <= max_skip < 1.
     seed: seed of the decision generator.
     init_file: a pass-rate probe's ``pass_rates.jsonl`` (``python -m recipe.fast_dapo.probe``, run with the same
         model, data and ``key``): each prompt's probe outcome counts as its first screening, so the memory skips from
-        the first epoch on. null (default): the memory starts empty.
+        the first epoch on. None: the memory starts empty.
     """
 
-    enable: bool = False
-    key: str = "raw_prompt"
-    skip_all_wrong: float = 0.4
-    skip_all_correct: float = 0.6
-    decay: float = 0.5
-    max_skip: float = 0.9
-    seed: int = 0
-    init_file: str | None = None
+    enable: bool
+    key: str
+    skip_all_wrong: float
+    skip_all_correct: float
+    decay: float
+    max_skip: float
+    seed: int
+    init_file: str | None
 
     def __post_init__(self):
         if not isinstance(self.enable, bool):
@@ -93,13 +95,19 @@ class MemorySettings:
             )
 
     @classmethod
-    def from_mapping(cls, cfg: Mapping | None) -> MemorySettings:
-        """From a dict / OmegaConf node; unknown keys are an error naming the known ones."""
-        cfg = dict(cfg or {})
-        known = {f.name for f in fields(cls)}
-        unknown = set(cfg) - known
+    def from_mapping(cls, cfg: Mapping) -> MemorySettings:
+        """From a dict / OmegaConf node with every field; unknown or missing keys are an error naming them."""
+        cfg = dict(cfg)
+        known = [f.name for f in fields(cls)]
+        unknown = set(cfg) - set(known)
         if unknown:
             raise ValueError(f"unknown curriculum.memory keys {sorted(unknown)}; known: {sorted(known)}")
+        missing = [k for k in known if k not in cfg]
+        if missing:
+            raise ValueError(
+                f"missing curriculum.memory keys {missing}: every one is required (the recipe's values are in "
+                "recipe/fast_dapo/config/fast_dapo.yaml)"
+            )
         return cls(**cfg)
 
 

@@ -10,8 +10,9 @@ prompts this call continues, the call should keep ``wanted = B - have mod B`` pr
 completes the next batch not yet covered, so each call continues one batch and screens the next, as SPEED-RL's
 fused call does. With keep rate ``p`` estimated over the last ``window`` calls, screen the smallest ``m`` such
 that ``P(Binomial(m, p) >= wanted) >= confidence``, capped at ``data.gen_batch_size``. A shortfall costs a whole
-extra generation call and delays the step; a surplus costs only a few rows one update older, so the default
-confidence (0.8) errs toward the surplus. Before any screening (no estimate) the call screens the cap.
+extra generation call and delays the step; a surplus costs only a few rows one update older, so the recipe's
+``confidence`` errs toward the surplus (above one half; its value, and ``window``'s, are set in fast_dapo.yaml only:
+these functions take them as arguments). Before any screening (no estimate) the call screens the cap.
 
 Assumptions: prompts are kept independently with one probability (a batch of mixed difficulty makes the binomial
 a little too wide, which only adds surplus); the estimate pools the last ``window`` calls so it follows the drift.
@@ -51,7 +52,7 @@ def binomial_at_least(m: int, p: float, k: int) -> float:
     return max(0.0, 1.0 - below)
 
 
-def screening_size(wanted: int, keep_rate: float | None, cap: int, confidence: float = 0.8) -> int:
+def screening_size(wanted: int, keep_rate: float | None, cap: int, *, confidence: float) -> int:
     """Fresh prompts to screen so that at least ``wanted`` are kept with probability >= ``confidence``, at most
     ``cap``. ``keep_rate`` None or not a positive number (no screening yet, or nothing kept lately): ``cap``."""
     if cap < 1 or wanted < 1:

@@ -39,8 +39,10 @@ class ProbeSettings:
 
     @classmethod
     def from_config(cls, cfg) -> ProbeSettings:
+        """From the fast DAPO config after the recipe's `prepare_config`, which writes every curriculum key (its
+        defaults live in fast_dapo.yaml only; none here)."""
         p = cfg.probe
-        return cls(int(p.k), int(p.prompts_per_call), Path(p.out_dir), str(cfg.curriculum.get("filter_metric", "acc")))
+        return cls(int(p.k), int(p.prompts_per_call), Path(p.out_dir), str(cfg.curriculum.filter_metric))
 
 
 class PassRateProbeTrainer(ExtRayPPOTrainer):
@@ -61,7 +63,7 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
         from verl.utils.dataset.rl_dataset import collate_fn
 
         loader = DataLoader(self.train_dataset, batch_size=s.prompts_per_call, shuffle=False, collate_fn=collate_fn)
-        key_column = self.config.curriculum.get("memory", {}).get("key", "raw_prompt")
+        key_column = self.config.curriculum.memory.key
         counts, index, keys, sources = [], [], [], []
         for batch_dict in tqdm(loader, desc=f"probe: {s.k} responses per prompt", unit="call"):
             batch = DataProto.from_single_dict(batch_dict)
@@ -79,7 +81,7 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
     def _summary(self, s: ProbeSettings, counts: np.ndarray) -> dict:
         cur = self.config.curriculum
         n = int(self.config.actor_rollout_ref.rollout.n)
-        N = n + int(cur.get("n_continue", 0))
+        N = n + int(cur.n_continue)
         data = self.config.data
         summary = {
             "k": s.k,

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
+from dataclasses import MISSING, fields
+
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf, open_dict
 from verl import DataProto
 
-from recipe.fast_dapo.config_check import prepare_config
+from recipe.fast_dapo import config_check
+from recipe.fast_dapo.config_check import (
+    CURRICULUM_KEYS,
+    FAST_DAPO_YAML,
+    AutoGenBatch,
+    ConfigError,
+    CurriculumSettings,
+    curriculum_on,
+    curriculum_settings,
+    prepare_config,
+    yaml_default,
+)
 from recipe.fast_dapo.fast_dapo_ray_trainer import GenerationBudgetExceeded, RayFastDAPOTrainer
 from verl_ext.config.compose import compose_config
-from verl_ext.curriculum import DataController
+from verl_ext.curriculum import DataController, MemorySettings
 from verl_ext.toy.resolvers import register_resolvers
 
 register_resolvers()
@@ -106,8 +122,98 @@ def test_pass_rate_memory_setting_reaches_the_controller():
 
 def test_auto_gen_batch_setting_is_read_with_its_defaults():
     s = prepare_config(_cfg("curriculum.auto_gen_batch.enable=true", "curriculum.mode=dapo"))
-    assert (s.auto_gen_batch.enable, s.auto_gen_batch.confidence, s.auto_gen_batch.window) == (True, 0.8, 4)
+    yaml = OmegaConf.load(FAST_DAPO_YAML).curriculum.auto_gen_batch  # the one place confidence and window are set
+    assert (s.auto_gen_batch.enable, s.auto_gen_batch.confidence, s.auto_gen_batch.window) == (
+        True,
+        yaml.confidence,
+        yaml.window,
+    )
     assert not prepare_config(_cfg()).auto_gen_batch.enable  # off by default
+
+
+# ------------------------------------------------------------------ each default has one source: fast_dapo.yaml
+
+
+def _without_project_keys(cfg):
+    """The driver's config with every key the recipe adds to verl's left out (as a config written by hand against
+    verl's ppo_trainer would): the curriculum block, rollout.n_continue and data.gen_batch_size."""
+    with open_dict(cfg):
+        cfg.pop("curriculum")
+        cfg.actor_rollout_ref.rollout.pop("n_continue")
+        cfg.data.pop("gen_batch_size")
+    return cfg
+
+
+def _settings_from_the_yaml_alone(n: int, train_batch_size: int) -> CurriculumSettings:
+    """CurriculumSettings built field by field from fast_dapo.yaml, nothing else (n and train_batch_size are verl's
+    keys, which the preset sets)."""
+    yaml = OmegaConf.to_container(OmegaConf.load(FAST_DAPO_YAML), resolve=False)
+    cur = yaml["curriculum"]
+    assert yaml["data"]["gen_batch_size"] == "${data.train_batch_size}"
+    return CurriculumSettings(
+        enable=cur["enable"],
+        mode=cur["mode"],
+        filter_metric=cur["filter_metric"],
+        max_num_gen_batches=cur["max_num_gen_batches"],
+        max_screen_staleness=cur["max_screen_staleness"],
+        memory=MemorySettings(**cur["memory"]),
+        auto_gen_batch=AutoGenBatch(**cur["auto_gen_batch"]),
+        n_continue=yaml["actor_rollout_ref"]["rollout"]["n_continue"],
+        n=n,
+        train_batch_size=train_batch_size,
+        gen_batch_size=train_batch_size,
+    )
+
+
+def test_left_out_keys_take_fast_dapo_yaml_values_in_the_driver_and_the_trainer():
+    """The settings the driver checks and the trainer reads, from a config that sets none of the recipe's keys, are
+    the settings built from fast_dapo.yaml alone: no second default in code. Two of them were wrong before this:
+    curriculum.max_num_gen_batches fell back to 0 (no limit) and rollout.n_continue to 0, where the YAML users run
+    says 10 and 12."""
+    cfg = _without_project_keys(_cfg())
+    driver = prepare_config(cfg)
+    n, tbs = cfg.actor_rollout_ref.rollout.n, cfg.data.train_batch_size
+    assert driver == _settings_from_the_yaml_alone(n=n, train_batch_size=tbs)
+    assert curriculum_settings(cfg) == driver  # RayFastDAPOTrainer.__init__ reads them again from the same config
+    assert (driver.max_num_gen_batches, driver.n_continue) == (10, 12)
+    assert curriculum_on(OmegaConf.create({})) is yaml_default("curriculum.enable")
+    # the driver writes the YAML's values into the config, so what reads it later needs no default of its own
+    assert OmegaConf.to_container(cfg.curriculum) == {**yaml_default("curriculum"), "n_continue": 12}
+    from verl_ext.trainer.probe import ProbeSettings
+
+    assert ProbeSettings.from_config(cfg).metric == yaml_default("curriculum.filter_metric")
+
+
+def test_the_settings_fields_are_the_yaml_keys_and_have_no_defaults():
+    yaml = OmegaConf.load(FAST_DAPO_YAML)
+    assert CURRICULUM_KEYS == set(yaml.curriculum) | {"n_continue"}  # n_continue: written under rollout, moved
+    assert [f.name for f in fields(AutoGenBatch)] == list(yaml.curriculum.auto_gen_batch)
+    assert [f.name for f in fields(MemorySettings)] == list(yaml.curriculum.memory)
+    for cls in (CurriculumSettings, AutoGenBatch, MemorySettings):
+        assert all(f.default is MISSING and f.default_factory is MISSING for f in fields(cls)), cls
+    from verl_ext.curriculum.screen_size import screening_size
+
+    for fn, names in ((screening_size, ["confidence"]), (DataController.screening_target, ["confidence", "window"])):
+        params = inspect.signature(fn).parameters
+        assert all(params[name].default is inspect.Parameter.empty for name in names), fn
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["curriculum.max_num_gen_batches", "curriculum.auto_gen_batch.window", "curriculum.memory.decay"],
+)
+def test_a_default_missing_from_the_yaml_fails_naming_the_key(monkeypatch, key):
+    """No fallback in code: with the key gone from fast_dapo.yaml and left out of the config, the check names it."""
+    yaml = copy.deepcopy(config_check._YAML)
+    *parents, last = key.split(".")
+    node = yaml
+    for part in parents:
+        node = node[part]
+    del node[last]
+    monkeypatch.setattr(config_check, "_YAML", yaml)
+    with pytest.raises(ConfigError, match=rf"{key} is not set, and fast_dapo.yaml has no default for it"):
+        prepare_config(_without_project_keys(_cfg()))
+    prepare_config(_cfg())  # the preset's config still sets every key the YAML does not
 
 
 def _screened_all_wrong(ctrl: DataController, n_prompts: int):
