@@ -2,8 +2,12 @@
 
 - the library never imports the recipes: no `verl_ext` module imports `recipe` or a module under it, at any level
   (module body or function body), nor names one in a string that is a whole dotted path (`"recipe.x.Cls"`, what
-  `importlib` / verl's `load_class_from_fqn` would load); a recipe is chosen by the user (its entry module, its
-  config module), never by the library;
+  `importlib` / verl's `load_class_from_fqn` would load), nor builds one at run time: a string expression that starts
+  with `recipe.` (an f-string `f"recipe.{name}.main"`, `"recipe." + name`, `"recipe.%s" % name`,
+  `"recipe.{}".format(name)`), or an `importlib.import_module(...)` / `__import__(...)` call whose module argument is
+  `recipe` or starts with `recipe.` (string or built). A recipe is chosen by the user (its entry module, its config
+  module) and reaches the library as a value, never spelled by the library. (Static: a prefix kept in a variable
+  first is not seen.)
 - no import cycle inside `verl_ext` among module-level imports. An import inside a function runs when the function
   is called, after every module involved has finished loading, so it is the accepted way to break a cycle (and to
   keep a heavy import off a light path); imports under `if TYPE_CHECKING:` never run and do not count.
@@ -74,6 +78,60 @@ def _recipe_paths(tree: ast.Module) -> list[tuple[str, int]]:
     ]
 
 
+IMPORT_CALLS = {"import_module", "__import__"}  # importlib.import_module / importlib.__import__ / builtins.__import__
+
+
+def _leading_text(node: ast.AST) -> str | None:
+    """The literal text a string expression starts with: a constant, an f-string's first part, the left operand of
+    `+` / `%`, the template of `.format(...)`; None when it starts with a value (a name, a call)."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return _leading_text(node.values[0]) if node.values else ""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mod):
+        return _leading_text(node.left)
+    if _is_format_call(node):
+        return _leading_text(node.func.value)
+    return None
+
+
+def _is_format_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format"
+
+
+def _is_import_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id in IMPORT_CALLS) or (
+        isinstance(f, ast.Attribute) and f.attr in IMPORT_CALLS
+    )
+
+
+def _built_recipe_paths(tree: ast.Module) -> list[tuple[str, int]]:
+    """Paths into the recipes built at run time (each expression once, outermost): a string expression that starts
+    with `recipe.`, anywhere; an import call whose module argument (first positional, or `name=`) is `recipe` or
+    starts with `recipe.`."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _is_import_call(child):
+                arg = child.args[0] if child.args else next((k.value for k in child.keywords if k.arg == "name"), None)
+                text = _leading_text(arg) if arg is not None else None
+                if text is not None and (text == "recipe" or text.startswith("recipe.")):
+                    found.append((ast.unparse(child), child.lineno))
+                    continue
+            elif isinstance(child, ast.JoinedStr | ast.BinOp) or _is_format_call(child):
+                if (_leading_text(child) or "").startswith("recipe."):
+                    found.append((ast.unparse(child), child.lineno))
+                    continue
+            visit(child)
+
+    visit(tree)
+    return found
+
+
 def _parsed() -> dict[str, tuple[ast.Module, bool]]:
     return {m: (ast.parse(p.read_text(), str(p)), p.name == "__init__.py") for m, p in _modules().items()}
 
@@ -120,6 +178,7 @@ def test_the_library_never_imports_the_recipes():
         if t == "recipe" or t.startswith("recipe.")
     ]
     found += [f"{m}:{line} names {s!r}" for m, (tree, _) in _parsed().items() for s, line in _recipe_paths(tree)]
+    found += [f"{m}:{line} builds {s}" for m, (tree, _) in _parsed().items() for s, line in _built_recipe_paths(tree)]
     assert not found, "verl_ext must not import the recipes (docs/ARCHITECTURE.md):\n" + "\n".join(found)
 
 
@@ -152,3 +211,27 @@ def test_the_checks_see_what_they_look_for():
     named = ast.parse('X = "recipe.composer.composer_ray_trainer.RayComposerTrainer"\nY = "e.g. recipe.x.main"\n')
     assert [s for s, _ in _recipe_paths(named)] == ["recipe.composer.composer_ray_trainer.RayComposerTrainer"]
     assert len(import_graph()) > 50  # the real package was read
+
+
+def test_a_recipe_path_built_at_run_time_is_seen():
+    """The dynamic forms: what `importlib.import_module(f"recipe.{recipe}.main")` in a library module looks like, and
+    its relatives, are listed; a module path that arrives as a value, and text that only mentions a recipe, are not."""
+    src = (
+        "import importlib\n"
+        "from importlib import import_module\n"
+        "def f(name, entry):\n"
+        "    check = importlib.import_module(f'recipe.{name}.main').check\n"
+        "    __import__('recipe.' + name)\n"
+        "    import_module(name='recipe')\n"
+        "    config_module = f'recipe.{name}.config'\n"
+        "    c = 'recipe.%s.config' % name\n"
+        "    d = 'recipe.{}.main'.format(name)\n"
+        "    importlib.import_module(entry)\n"
+        "    importlib.import_module(f'{entry}.check')\n"
+        "    return f'unknown recipe {name!r}', f'see recipe/{name}/main.py', 'recipe.<name>.main is the entry'\n"
+    )
+    found = _built_recipe_paths(ast.parse(src))
+    assert [line for _, line in found] == [4, 5, 6, 7, 8, 9], found
+    assert found[0][0] == "importlib.import_module(f'recipe.{name}.main')"
+    assert found[3][0] == "f'recipe.{name}.config'"
+    assert not _recipe_paths(ast.parse(src))  # none of them is a whole dotted path: the older rule missed them all

@@ -1,7 +1,7 @@
 """Fast DAPO: `python -m recipe.fast_dapo.main [hydra overrides]` (config: recipe/fast_dapo/config/fast_dapo.yaml).
 
 The embedded CPU demo: `python -m recipe.fast_dapo.main +preset=cpu_demo`. Add `--check` (or `+check_only=true`) to
-print the run's plan and exit after the pre-flight check (verl_ext/config/preflight.py), without starting Ray.
+print the run's plan and exit after the pre-flight check (verl_ext/config/preflight/), without starting Ray.
 """
 
 from __future__ import annotations
@@ -22,7 +22,15 @@ def check(config, files: str = "full"):
     from verl_ext.config.preflight import preflight
 
     settings = prepare_config(config)
-    return preflight(config, "fast_dapo", responses_per_prompt=settings.N, settings=settings, files=files)
+    # A step trains on train_batch_size kept prompts, whatever the generation calls drew (fast_dapo_ray_trainer.py).
+    return preflight(
+        config,
+        "fast_dapo",
+        responses_per_prompt=settings.N,
+        prompts_per_step=settings.train_batch_size,
+        settings=settings,
+        files=files,
+    )
 
 
 @hydra.main(config_path="config", config_name="fast_dapo", version_base=None)

@@ -9,6 +9,7 @@ files are small files written here; the good ones are the tiny assets.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -25,7 +26,7 @@ import pytest
 from tests.conftest import tiny_run_overrides
 from verl_ext.config.compose import compose_config
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.preflight import check_recipe_config, translate_check_flag
+from verl_ext.config.preflight import check_composed, translate_check_flag
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = {"fast_dapo": ["+preset=cpu_demo"], "composer": ["+preset=cpu_demo", "+arm=baseline"]}
@@ -153,9 +154,14 @@ def _fill(overrides: list[str], bad: dict[str, str]) -> list[str]:
     return [o.format(**bad) for o in overrides]
 
 
+def _driver_check(recipe: str):
+    """The recipe driver's `check`, which a campaign or a job submission hands to the pre-flight."""
+    return importlib.import_module(f"recipe.{recipe}.main").check
+
+
 def _check(recipe: str, overrides: list[str]):
     cfg = compose_config(recipe, PRESET[recipe] + overrides, config_module=f"recipe.{recipe}.config")
-    return check_recipe_config(recipe, cfg)
+    return check_composed(recipe, _driver_check(recipe), cfg)
 
 
 @pytest.mark.parametrize("recipe, overrides, message", BAD_ROWS, ids=lambda x: x if isinstance(x, str) else None)
@@ -183,6 +189,35 @@ def test_every_problem_is_reported_at_once():
     assert text.count("\n- ") == 5
 
 
+def test_a_dataset_class_that_accepts_string_prompts_takes_them(bad):
+    """The dataset class says so itself (`accepts_string_prompts = True`); verl's RLHFDataset does not."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from verl_ext.config.preflight.file_checks import accepts_string_prompts
+    from verl_ext.dataset.raw_prompt import RawPromptRLHFDataset
+
+    assert accepts_string_prompts(RawPromptRLHFDataset) and not accepts_string_prompts(RLHFDataset)
+    raw = ["data.custom_cls.path=pkg://verl_ext.dataset.raw_prompt", "data.custom_cls.name=RawPromptRLHFDataset"]
+    plan = _check("fast_dapo", [f"data.train_files={bad['string_prompt']}", *raw])
+    assert plan.first_prompt.endswith("tokens (data.max_prompt_length 64)")
+
+
+def test_the_plan_says_whose_estimator_it_is():
+    """The project's estimators (registered by its plugin, defined in verl_ext) and verl's, told apart by where the
+    registered function is defined, not by a list of names."""
+    from omegaconf import OmegaConf
+
+    from verl_ext.advantage.config import ESTIMATORS
+    from verl_ext.config.preflight.config_checks import check_estimator
+
+    def label(name: str) -> str:
+        return check_estimator(OmegaConf.create({"algorithm": {"adv_estimator": name}}))
+
+    for name in [*ESTIMATORS, "grpo_composer"]:
+        assert label(name) == f"{name} (verl-ext)"
+    assert label("grpo") == "grpo (verl)" and label("gae") == "gae (verl)"
+
+
 def test_val_only_may_run_zero_steps_and_a_hub_id_is_taken_as_such():
     plan = _check("fast_dapo", ["trainer.total_training_steps=0", "trainer.val_only=true"])
     assert plan.steps == "validation only (trainer.val_only=true)"
@@ -205,8 +240,7 @@ def test_the_plan_of_the_demo_preset(tiny_assets):
 
 # ------------------------------------------------------------------------------------------------- agent driver
 def _agent(tiny_assets, tmp_path, *extra):
-    from verl_ext.agent.main import prepare
-    from verl_ext.config.preflight import agent_check
+    from verl_ext.agent.main import agent_check, prepare
 
     base = [*tiny_run_overrides(tiny_assets, tmp_path, 2), "algorithm.adv_estimator=grpo", LOOP, AGENT_CMD]
     cfg, settings = prepare([*base, *extra])
@@ -305,7 +339,7 @@ def test_good_presets_pass_unchanged(recipe, overrides):
     files = _files_here(cfg)
     if any(name in overrides[0] for name in ("cpu_demo", "tiny", "real")):
         assert files == "full"  # the CPU presets' files are all here (built on first use): everything is checked
-    plan = check_recipe_config(recipe, cfg, files=files)
+    plan = check_composed(recipe, _driver_check(recipe), cfg, files=files)
     assert plan.estimator != "-" and plan.batch != "-"
 
 

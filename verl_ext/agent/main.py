@@ -41,13 +41,23 @@ def prepare(overrides: list[str]):
     return cfg, settings
 
 
+def agent_check(settings):
+    """This driver's pre-flight check (verl's ppo_trainer config, the project's trainer base), for `gate`: an agent
+    that posts its own score (external_agent.score_source=agent) needs no ground truth in the data."""
+    from verl_ext.config.preflight import preflight
+
+    return lambda cfg: preflight(
+        cfg, "ppo", settings=settings, reward_reads_data=getattr(settings, "score_source", "reward_fn") != "agent"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     from verl.utils.device import auto_set_device
 
-    from verl_ext.config.preflight import agent_check, failing_cleanly, gate, translate_check_flag
+    from verl_ext.config.preflight import failing_cleanly, gate, translate_check_flag
     from verl_ext.trainer.launch import run
 
-    with failing_cleanly("agent"):  # the pre-flight (verl_ext/config/preflight.py); --check: print the plan, exit
+    with failing_cleanly("agent"):  # the pre-flight (verl_ext/config/preflight/); --check: print the plan, exit
         cfg, settings = prepare(translate_check_flag(list(sys.argv[1:] if argv is None else argv)))
     print(f"[agent] {settings}")
     auto_set_device(cfg)

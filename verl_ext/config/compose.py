@@ -35,3 +35,10 @@ def compose_config(
         cfg.pop("hydra")
         OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def driver_config_module(driver: str) -> str:
+    """The config package of a driver module whose Hydra config is the `config/` directory beside it
+    (`@hydra.main(config_path="config")`): `pkg.main` -> `pkg.config`. The driver module is the caller's (a
+    campaign spec's entry, a cluster job's driver)."""
+    return f"{driver.rpartition('.')[0]}.config"

@@ -37,6 +37,8 @@ def prompt_column_is_string(dataframe: datasets.Dataset, prompt_key: str) -> boo
 class RawPromptRLHFDataset(RLHFDataset):
     """RLHFDataset whose prompt column may be a plain string (encoded raw, never through a chat template)."""
 
+    accepts_string_prompts = True  # read by the pre-flight (verl_ext/config/preflight/file_checks.py)
+
     def maybe_filter_out_long_prompts(self, dataframe: datasets.Dataset = None):
         if not prompt_column_is_string(dataframe, self.prompt_key):
             return super().maybe_filter_out_long_prompts(dataframe)

@@ -5,8 +5,9 @@ What `ray job submit --working-dir . -- python -m recipe.<name>.main <overrides>
 
 * checked before anything is sent: the recipe exists, the overrides compose into the recipe's config (a misspelled
   key or a bad value syntax fails here, in seconds, with Hydra's message), the run directory is absolute, and the
-  recipe driver's own pre-flight check passes (verl_ext/config/preflight.py: settings, estimator, reward, data and
-  model files; `preflight="config"` leaves out the files, for paths that exist on the cluster's storage only);
+  recipe driver's own pre-flight check passes (the driver's `check`, verl_ext/config/preflight/: settings, estimator,
+  reward, data and model files; `preflight="config"` leaves out the files, for paths that exist on the cluster's
+  storage only);
 * the job's runtime env: the project as working dir (uploaded by Ray to the head node and to every worker node, on
   each worker's sys.path), the backend's environment variables for a CPU-backend config (VERL_PLATFORM=cpu reaches
   every worker process; on one machine they inherit it from the driver, on a cluster they do not), your own
@@ -46,8 +47,17 @@ class JobError(ValueError):
     """A job request that cannot be submitted; the message says what to change."""
 
 
+def recipe_drivers(root: Path = PROJECT_ROOT) -> dict[str, str]:
+    """name -> driver module of each recipe the project has: the `main.py` files of its `recipe/` directory (in the
+    working dir a job uploads), each as the module its path is (what the job runs with `python -m`)."""
+    return {
+        p.parent.name: ".".join(p.relative_to(root).with_suffix("").parts)
+        for p in sorted((root / "recipe").glob("*/main.py"))
+    }
+
+
 def available_recipes(root: Path = PROJECT_ROOT) -> list[str]:
-    return sorted(p.parent.name for p in (root / "recipe").glob("*/main.py"))
+    return sorted(recipe_drivers(root))
 
 
 def _override_key(override: str) -> str:
@@ -69,7 +79,8 @@ class JobRequest:
 
     @property
     def module(self) -> str:
-        return f"recipe.{self.recipe}.main"
+        """The driver the job runs (`validate` has checked that the project has this recipe)."""
+        return recipe_drivers()[self.recipe]
 
 
 def validate(req: JobRequest):
@@ -89,19 +100,22 @@ def validate(req: JobRequest):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from verl_ext.config.compose import compose_config
+    from verl_ext.config.compose import compose_config, driver_config_module
 
     try:
-        cfg = compose_config(req.recipe, cluster_overrides(req), config_module=f"recipe.{req.recipe}.config")
+        cfg = compose_config(req.recipe, cluster_overrides(req), config_module=driver_config_module(req.module))
     except (HydraException, OmegaConfBaseException) as e:
         raise JobError(f"the overrides do not compose into recipe {req.recipe!r}'s config: {e}") from e
     if req.preflight not in PREFLIGHT_MODES:
         raise JobError(f"preflight must be one of {PREFLIGHT_MODES}, got {req.preflight!r}")
     if req.preflight != "none":
-        from verl_ext.config.preflight import check_recipe_config
+        import importlib
 
+        from verl_ext.config.preflight import check_composed
+
+        check = importlib.import_module(req.module).check  # the check of the driver the job runs
         try:
-            check_recipe_config(req.recipe, cfg, files=req.preflight)
+            check_composed(req.recipe, check, cfg, files=req.preflight)
         except ValueError as e:
             raise JobError(f"the run would fail its pre-flight check on the cluster: {e}") from e
     return cfg

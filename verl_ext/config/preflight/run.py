@@ -1,0 +1,125 @@
+"""`preflight(cfg, recipe, ...)`: run every pre-flight check on a resolved config (the config checks, then the data
+and model files unless `files="config"`, then verl's own batch validation), collect every problem into one
+ConfigError, and return the run's `Plan`. What differs between drivers comes in as arguments; nothing here knows a
+recipe."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from verl_ext.config.errors import ConfigError
+from verl_ext.config.preflight.common import Problems, get, number
+from verl_ext.config.preflight.config_checks import (
+    check_context_length,
+    check_estimator,
+    check_model,
+    check_reward,
+    check_verl_batches,
+    range_problems,
+    uses_critic,
+)
+from verl_ext.config.preflight.file_checks import (
+    accepts_string_prompts,
+    chat_messages,
+    check_columns,
+    custom_dataset_class,
+    data_files,
+    enough_rows,
+    prompt_tokens,
+    read_data_file,
+)
+from verl_ext.config.preflight.plan import Plan, batch_arithmetic, steps_plan
+
+FILE_MODES = ("full", "config")  # config: skip data/model files (they live on a cluster's storage only)
+
+
+def preflight(
+    cfg: DictConfig,
+    recipe: str,
+    responses_per_prompt: int | None = None,
+    settings: object | None = None,
+    reward_reads_data: bool = True,
+    files: str = "full",
+    prompts_per_step: int | None = None,
+) -> Plan:
+    """Check everything `cfg` (resolved, after the recipe's own settings check) will need; return the plan or raise
+    one ConfigError listing every problem. `recipe`: the name the plan and the error carry. `responses_per_prompt`:
+    responses per prompt in a training batch (default rollout.n). `reward_reads_data`: verl's reward manager scores
+    the rows (False when an agent posts the score), so the data needs `data_source` and `reward_model.ground_truth`.
+    `files="config"` skips the data and model files (a cluster job whose paths exist on the cluster's storage only).
+    `prompts_per_step`: train rows one training step consumes, for the plan's step count (default verl's one
+    dataloader batch: data.gen_batch_size, else data.train_batch_size)."""
+    if files not in FILE_MODES:
+        raise ValueError(f"files must be one of {FILE_MODES}, got {files!r}")
+    plan = Plan(recipe, settings=str(settings) if settings is not None else "")
+    problems = Problems()
+    problems.messages += range_problems(cfg, critic=uses_critic(cfg))
+    plan.estimator = problems.run(check_estimator, cfg) or plan.estimator
+    plan.reward = problems.run(check_reward, cfg) or plan.reward
+    n = responses_per_prompt or number(cfg, "actor_rollout_ref.rollout.n", int) or 1
+    if files == "full":
+        _check_files(cfg, plan, problems, reward_reads_data)
+        if uses_critic(cfg):
+            problems.run(check_model, cfg, "critic.model.path")
+    if not problems.messages:  # verl's validation assumes sane numbers (and builds the critic's model config)
+        problems.run(check_verl_batches, cfg, n)
+    if files != "full":
+        plan.notes.append("data and model files not checked here (files='config')")
+    if problems.messages:
+        raise ConfigError(f"{recipe}: the run cannot start:\n- " + "\n- ".join(problems.messages))
+    plan.batch = batch_arithmetic(cfg, n)
+    plan.steps = steps_plan(cfg, plan.data, prompts_per_step)
+    return plan
+
+
+def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_data: bool) -> None:
+    """The model directory and the data files, into `plan` (model, data rows, first prompt's tokens)."""
+    model = problems.run(check_model, cfg)
+    tokenizer_dir = None
+    if model:
+        plan.model, hf_config, tokenizer_dir = model
+        if hf_config:
+            problems.run(check_context_length, cfg, hf_config)
+    dataset_cls = problems.run(custom_dataset_class, cfg)
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    verl_format = dataset_cls is not None and isinstance(dataset_cls, type) and issubclass(dataset_cls, RLHFDataset)
+    allow_string = dataset_cls is not None and accepts_string_prompts(dataset_cls)
+    prompt_key = str(get(cfg, "data.prompt_key", "prompt"))
+    first_train = None
+    for key in ("data.train_files", "data.val_files"):
+        paths = problems.run(data_files, cfg, key) or []
+        rows = 0
+        for path in paths:
+            read = problems.run(read_data_file, key, path)
+            if read is None:
+                rows = None
+                continue
+            data, first, schema = read
+            plan.data.append(data)
+            if data.rows is None:
+                rows = None
+                continue
+            if rows is not None:
+                rows += data.rows
+            if not verl_format:  # a custom dataset class reads its own format
+                continue
+            problems.run(check_columns, key, data, first, schema, prompt_key, reward_reads_data)
+            if first is not None and prompt_key in first and key == "data.train_files":
+                messages = problems.run(chat_messages, key, first[prompt_key], allow_string)
+                if messages is not None and first_train is None:
+                    first_train = messages
+        if rows is not None and paths:
+            problems.run(enough_rows, cfg, key, rows)
+    if first_train is not None and tokenizer_dir:
+        tokens = problems.run(
+            prompt_tokens, tokenizer_dir, first_train, get(cfg, "actor_rollout_ref.model.custom_chat_template")
+        )
+        if tokens is not None:
+            limit = get(cfg, "data.max_prompt_length")
+            plan.first_prompt = f"{tokens} tokens (data.max_prompt_length {limit})"
+            if isinstance(limit, int) and tokens > limit:
+                plan.notes.append(
+                    f"the first train prompt has {tokens} tokens > data.max_prompt_length={limit}: verl left-"
+                    "truncates such prompts (or drops them with data.filter_overlong_prompts=true)"
+                )
