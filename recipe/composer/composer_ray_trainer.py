@@ -45,15 +45,11 @@ answers come from the teacher cache only if the same (trace, step) is asked agai
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import torch
 from verl import DataProto
-from verl.trainer.ppo import core_algos
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
@@ -61,80 +57,24 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 
 from recipe.composer.config_check import FIDELITY, composer_settings
 from verl_ext.agent.trainer import AgentEpisodesMixin
-from verl_ext.composer.actor_loss import DPO_COLUMNS, SDPO_COLUMNS, TOPK_PREFIX, ComposerActorLoss, unpack_topk
+from verl_ext.composer.actor_loss import TOPK_PREFIX, ComposerActorLoss, unpack_topk, update_means
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
     DPOPair,
     PairReader,
     PairWriter,
-    StepRecord,
-    default_normalize,
+    answer_key,
     extract_pairs,
+    prompt_groups,
+    step_records,
 )
-from verl_ext.composer.dpo import dpo_loss, sequence_log_probs
-from verl_ext.composer.hints import error_sites_for_batch, place_teacher_values, plan_teacher_rows
-from verl_ext.composer.replay import replay_columns, rows_first_per_rank
-from verl_ext.composer.rows import pack_rows, valid_tokens
+from verl_ext.composer.grpo_composer import composer_advantages
+from verl_ext.composer.hints import error_sites_for_batch, plan_teacher_rows
+from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, update_batch
+from verl_ext.composer.rows import pad_rows, prompt_response_tokens
+from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
 from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
-from verl_ext.reward.answer_extraction import last_boxed
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
-
-
-def answer_key(text: str) -> str:
-    """Comparison key of an action: the last \\boxed{} content if any, else the whole text (normalised)."""
-    return default_normalize(last_boxed(text) or text)
-
-
-def composer_advantages(batch: DataProto, algo, sdpo: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Channel 1 (+ the sampled-token channel 2 when `sdpo` holds sdpo_teacher_log_probs / sdpo_error_mask): the
-    grpo_composer estimator on a batch with token_level_rewards, response_mask, uid (and old_log_probs for SDPO)."""
-    fn = core_algos.get_adv_estimator_fn("grpo_composer")
-    extra = {}
-    if sdpo is not None:
-        extra = dict(sdpo, old_log_probs=batch.batch["old_log_probs"])
-    return fn(
-        token_level_rewards=batch.batch["token_level_rewards"],
-        response_mask=batch.batch["response_mask"],
-        index=batch.non_tensor_batch["uid"],
-        config=algo,
-        **extra,
-    )
-
-
-def sdpo_kl_estimate(student_lp: torch.Tensor, teacher_lp: torch.Tensor, mask: torch.Tensor) -> float:
-    """Masked mean of (student - teacher) log-prob at the sampled tokens; 0.0 with no masked token."""
-    m = mask.bool()
-    if not m.any():
-        return 0.0
-    return float((student_lp.float() - teacher_lp.float())[m].mean())
-
-
-def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
-    """The actor-update batch: `block` (the replay rows) and the step's rows, each rank's chunk starting with its
-    share of the block (replay.rows_first_per_rank). Only the columns the update reads are kept: the block's, and
-    the SDPO columns the step's rows carry. A column one side lacks is zero there if it is a loss-term column (the
-    DPO columns on the step's rows, the SDPO columns on the block), else a KeyError."""
-    keys = list(block.batch.keys()) + [k for k in SDPO_COLUMNS if k in batch.batch.keys()]
-    optional = {*DPO_COLUMNS, *SDPO_COLUMNS}
-    missing = [k for k in keys if k not in batch.batch.keys() and k not in optional]
-    if missing:
-        raise KeyError(f"the training batch lacks columns {missing} that the extra rows carry")
-
-    def column(side: DataProto, other: DataProto, key: str) -> torch.Tensor:
-        if key in side.batch.keys():
-            return side.batch[key]
-        like = other.batch[key]
-        return torch.zeros((len(side), *like.shape[1:]), dtype=like.dtype)
-
-    tensors = {}
-    for k in keys:
-        head, tail = column(block, batch, k), column(batch, block, k)
-        tensors[k] = torch.cat([head.to(tail.dtype), tail])
-    order = rows_first_per_rank(len(block), len(batch), n_ranks)
-    merged = DataProto.from_dict(tensors={k: v[order] for k, v in tensors.items()})
-    merged.meta_info = {k: v for k, v in batch.meta_info.items() if k != "global_token_num"}
-    merged.meta_info["global_token_num"] = merged.batch["attention_mask"].sum(-1).tolist()
-    return merged
 
 
 @dataclass
@@ -147,23 +87,14 @@ class ComposerStep:
     grpo_loss: float | None = None  # the PPO loss without the replay mini-batch (see _update_actor)
 
 
-@dataclass
-class SdpoInputs:
-    """Channel 2 of one step, in either form: its metrics (sdpo/*, and loss/sdpo for sampled_token) and its term's
-    inputs, the batch columns the actor loss reads (full_logit: sdpo_topk_log_probs, sdpo_topk_ids, sdpo_weight) or
-    the estimator's inputs (sampled_token: sdpo_teacher_log_probs, sdpo_error_mask). Empty: no term this step."""
-
-    metrics: dict
-    loss_columns: dict[str, torch.Tensor] = field(default_factory=dict)
-    estimator_inputs: dict[str, torch.Tensor] | None = None
-
-
 class RayComposerTrainer(ExtRayPPOTrainer):
     fidelity = FIDELITY
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.settings = composer_settings(self.config)
+        # Rows of one rollout mini-batch of the actor update (verl: ppo_mini_batch_size x group size).
+        self.minibatch_rows = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
         self.pool: TeacherPool | None = None
         self.pair_writer: PairWriter | None = None
         self.pair_reader: PairReader | None = None
@@ -174,10 +105,10 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             self.disagreement = DisagreementConfig(
                 rule=self.settings.rule, min_agree=self.settings.min_agree, normalize=answer_key
             )
-        self._pending: list = []  # (Future, per-request contexts) of teacher queries not yet turned into pairs
+        self._pending: list = []  # (Future, step, prompt groups) of teacher queries not yet turned into pairs
         self._pair_queue: deque[DPOPair] = deque()
         # The step being trained, while train_on_batch runs: the base step calls `_advantages` and `_update_actor`
-        # with verl's arguments, so the two reach it here.
+        # with verl's arguments only, so the two hooks reach it here (and only they read it).
         self._step: ComposerStep | None = None
 
     @property
@@ -230,16 +161,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _loss_metrics(self, step: ComposerStep, metrics: dict) -> dict:
         """The channels' metrics and loss/grpo, loss/total; the actor loss's sums (popped from `metrics`) become
         loss/sdpo (full_logit) and replay/dpo_loss_update."""
-        jsd_sum = metrics.pop("actor/composer/sdpo_jsd_sum", None)
-        jsd_tokens = metrics.pop("actor/composer/sdpo_tokens", None)
+        jsd, dpo = update_means(metrics)
         if self.full_logit_sdpo:
-            step.channel["loss/sdpo"] = float(jsd_sum) / float(jsd_tokens) if jsd_tokens else 0.0
-        dpo_sum, dpo_pairs = (
-            metrics.pop("actor/composer/dpo_loss_sum", None),
-            metrics.pop("actor/composer/dpo_pairs", None),
-        )
-        if dpo_pairs:
-            step.channel["replay/dpo_loss_update"] = float(dpo_sum) / float(dpo_pairs)
+            step.channel["loss/sdpo"] = jsd
+        if dpo is not None:
+            step.channel["replay/dpo_loss_update"] = dpo
         grpo = step.grpo_loss if step.grpo_loss is not None else float(metrics.get("actor/pg_loss", 0.0))
         total = (
             grpo
@@ -280,11 +206,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         # verl reports pg_loss per mini-batch; the replay mini-batch (first of each epoch) has zero advantages, so
         # loss/grpo averages the others only.
         pg = output.meta_info["metrics"].get("actor/pg_loss")
-        per_epoch = len(merged) // (
-            int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
-        )
-        if isinstance(pg, list) and per_epoch > 1 and len(pg) % per_epoch == 0:
-            step.grpo_loss = float(np.mean([v for i, v in enumerate(pg) if i % per_epoch]))
+        step.grpo_loss = grpo_pg_loss(pg, len(merged), self.minibatch_rows)
         return output
 
     def fit(self):
@@ -311,9 +233,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             if section.get("log_prob_use_dynamic_bsz", False)
             else int(section.get("log_prob_micro_batch_size_per_gpu") or 1)
         )
-        pad = (-n) % (wg.world_size * micro)
-        if pad:
-            tensors = {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in tensors.items()}
+        tensors = pad_rows(tensors, wg.world_size * micro)
         meta = {
             "temperature": self.config.actor_rollout_ref.rollout.temperature,
             "global_token_num": tensors["attention_mask"].sum(-1).tolist(),
@@ -348,66 +268,31 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         lp, ids = unpack_topk(no_padding_2_padding(flat, td)[:n])
         return lp, ids.to(torch.int32)
 
+    def _decode_responses(self, batch: DataProto) -> list[str]:
+        responses, mask = batch.batch["responses"], batch.batch["response_mask"].bool()
+        return self.tokenizer.batch_decode(
+            responses.masked_fill(~mask, self.tokenizer.pad_token_id), skip_special_tokens=True
+        )
+
     # ------------------------------------------------------------------ channel 2: SDPO
     def _sdpo_inputs(self, batch: DataProto) -> SdpoInputs:
-        """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs."""
-        nt = batch.non_tensor_batch
-        responses, mask = batch.batch["responses"], batch.batch["response_mask"]
-        prompt_width = batch.batch["prompts"].shape[1]
-        attn = batch.batch["attention_mask"]
-        texts = None
-        if self.settings.sibling_solution:
-            texts = self.tokenizer.batch_decode(
-                responses.masked_fill(~mask.bool(), self.tokenizer.pad_token_id), skip_special_tokens=True
-            )
-        sites = error_sites_for_batch(nt, texts)
-        plan = plan_teacher_rows(
-            valid_tokens(batch.batch["prompts"], attn[:, :prompt_width]),
-            valid_tokens(responses, attn[:, prompt_width:]),
-            mask,
-            sites,
-            self.tokenizer,
-            mode=self.settings.hint_mode,
+        """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs (sdpo.SdpoPlan)."""
+        b = batch.batch
+        texts = self._decode_responses(batch) if self.settings.sibling_solution else None
+        sites = error_sites_for_batch(batch.non_tensor_batch, texts)
+        prompt_ids, response_ids = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
+        rows = plan_teacher_rows(
+            prompt_ids, response_ids, b["response_mask"], sites, self.tokenizer, mode=self.settings.hint_mode
         )
-        error_mask = torch.zeros_like(mask, dtype=torch.bool)
-        for t in plan:
-            error_mask[t.row] |= t.columns
-        sdpo_metrics = {"sdpo/error_sites": float(len(plan)), "sdpo/tokens": float(error_mask.sum())}
-        if not plan:
-            if self.full_logit_sdpo:
-                return SdpoInputs(sdpo_metrics)
-            no_teacher = {"sdpo_teacher_log_probs": torch.zeros_like(batch.batch["old_log_probs"])}
-            return SdpoInputs(sdpo_metrics, estimator_inputs={**no_teacher, "sdpo_error_mask": error_mask})
-        packed = pack_rows(
-            [t.prefix for t in plan],
-            [t.continuation for t in plan],
-            self.tokenizer.pad_token_id,
-            response_width=responses.shape[1],
-        )
-        packed["response_mask"] = torch.stack(
-            [  # the rollout's own mask, shifted with the continuation
-                torch.cat([mask[t.row, t.start :], mask.new_zeros(t.start)]) for t in plan
-            ]
-        )
-        sdpo_metrics["sdpo/teacher_tokens"] = float(packed["attention_mask"].sum())
+        plan = SdpoPlan.of(rows, b["response_mask"])
+        if not plan.rows:
+            return plan.without_teacher(b["old_log_probs"], full_logit=self.full_logit_sdpo)
+        teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
         if self.full_logit_sdpo:
-            lp, ids = self._score_topk(packed, self.settings.teacher_topk)
-            b, width, k = len(batch), responses.shape[1], lp.shape[-1]
+            lp, ids = self._score_topk(teacher_rows, self.settings.teacher_topk)
             # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
-            n_minibatches = len(batch) / (
-                int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
-            )
-            columns = {
-                "sdpo_topk_log_probs": place_teacher_values(plan, lp, torch.zeros(b, width, k)),
-                "sdpo_topk_ids": place_teacher_values(plan, ids, torch.zeros(b, width, k, dtype=torch.int32)),
-                "sdpo_weight": error_mask.float() * (n_minibatches / float(error_mask.sum())),
-            }
-            return SdpoInputs(sdpo_metrics, loss_columns=columns)
-        teacher = place_teacher_values(plan, self._score_rows(packed), torch.zeros_like(batch.batch["old_log_probs"]))
-        sdpo_metrics["loss/sdpo"] = sdpo_kl_estimate(batch.batch["old_log_probs"], teacher, error_mask)
-        return SdpoInputs(
-            sdpo_metrics, estimator_inputs={"sdpo_teacher_log_probs": teacher, "sdpo_error_mask": error_mask}
-        )
+            return plan.full_logit(teacher_rows, lp, ids, n_minibatches=len(batch) / self.minibatch_rows)
+        return plan.sampled_token(teacher_rows, self._score_rows(teacher_rows), b["old_log_probs"])
 
     # ------------------------------------------------------------------ channel 3: trace replay
     def _teacher_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
@@ -431,48 +316,20 @@ class RayComposerTrainer(ExtRayPPOTrainer):
 
     def _submit_teacher_queries(self, batch: DataProto) -> None:
         """One teacher request per prompt group of this step; the answers are collected at a later step."""
-        nt = batch.non_tensor_batch
-        attn, prompt_width = batch.batch["attention_mask"], batch.batch["prompts"].shape[1]
-        prompt_ids = valid_tokens(batch.batch["prompts"], attn[:, :prompt_width])
-        mask = batch.batch["response_mask"].bool()
-        texts = self.tokenizer.batch_decode(
-            batch.batch["responses"].masked_fill(~mask, self.tokenizer.pad_token_id), skip_special_tokens=True
-        )
-        groups: dict[str, dict] = {}
-        for i, uid in enumerate(nt["uid"]):
-            if uid not in groups:
-                messages = [dict(m) for m in nt["raw_prompt"][i]]
-                trace_id = hashlib.sha1(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
-                groups[uid] = {"trace_id": trace_id, "messages": messages, "ids": prompt_ids[i], "responses": []}
-            groups[uid]["responses"].append(texts[i])
-        contexts = list(groups.values())
-        requests = [TeacherRequest(c["trace_id"], self.global_steps, c["messages"]) for c in contexts]
-        self._pending.append((self.pool.submit_many(requests), self.global_steps, contexts))
+        b, nt = batch.batch, batch.non_tensor_batch
+        prompt_ids, _ = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
+        groups = prompt_groups(nt["uid"], nt["raw_prompt"], prompt_ids, self._decode_responses(batch))
+        requests = [TeacherRequest(g.trace_id, self.global_steps, g.messages) for g in groups]
+        self._pending.append((self.pool.submit_many(requests), self.global_steps, groups))
 
     def _collect_teacher_answers(self) -> None:
         """Turn the teacher answers that have arrived into DPO pairs (one per distinct wrong student answer)."""
         still = []
-        for future, step, contexts in self._pending:
+        for future, step, groups in self._pending:
             if not future.done():
-                still.append((future, step, contexts))
+                still.append((future, step, groups))
                 continue
-            records = []
-            for ctx, answers in zip(contexts, future.result()):
-                teacher_texts = {name: (a.text if a is not None else None) for name, a in answers.items()}
-                seen = set()
-                for text in ctx["responses"]:
-                    if answer_key(text) in seen:
-                        continue
-                    seen.add(answer_key(text))
-                    records.append(
-                        StepRecord(
-                            ctx["trace_id"],
-                            step,
-                            text,
-                            teacher_texts,
-                            prompt={"messages": ctx["messages"], "ids": ctx["ids"]},
-                        )
-                    )
+            records = [r for g, answers in zip(groups, future.result()) for r in step_records(g, step, answers)]
             self.pair_writer.write(extract_pairs(records, self.disagreement))
         self._pending = still
         self._pair_queue.extend(self.pair_reader.read_new())
@@ -484,43 +341,17 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         if n_pairs == 0:
             return None, {}
         pairs = [self._pair_queue.popleft() for _ in range(n_pairs)]
-        width_p, width_r = batch.batch["prompts"].shape[1], batch.batch["responses"].shape[1]
-        eos = self.tokenizer.eos_token_id
-        prefixes, responses = [], []
-        for pair in pairs:  # rows: chosen_0, rejected_0, chosen_1, ...
-            for text in (pair.chosen, pair.rejected):
-                prefixes.append(pair.prompt["ids"][-width_p:])
-                responses.append((self.tokenizer.encode(text, add_special_tokens=False) + [eos])[:width_r])
-        packed = pack_rows(
-            prefixes, responses, self.tokenizer.pad_token_id, response_width=width_r, prefix_width=width_p
+        b = batch.batch
+        rows = pair_rows(pairs, self.tokenizer, b["prompts"].shape[1], b["responses"].shape[1])
+        block, metrics = replay_block(
+            rows,
+            self._score_rows(rows),
+            self._score_rows(rows, ref=True),
+            beta_dpo=self.settings.beta_dpo,
+            n_slots=self.minibatch_rows // 2,
+            batch_keys=b.keys(),
         )
-        policy = self._score_rows(packed)
-        ref = self._score_rows(packed, ref=True)
-        mask = packed["response_mask"]
-        seq_pol, seq_ref = sequence_log_probs(policy, mask), sequence_log_probs(ref, mask)
-        loss, dpo_metrics = dpo_loss(
-            seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=self.settings.beta_dpo
-        )
-        replay_metrics = {
-            "loss/replay_dpo": float(loss),
-            "replay/pairs_used": float(n_pairs),
-            **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()},
-        }
-
-        rows_per_minibatch = int(self.config.actor_rollout_ref.actor.ppo_mini_batch_size) * self.responses_per_prompt
-        cols = replay_columns(seq_pol, seq_ref, rows_per_minibatch // 2)
-        row_index = cols.pop("row_index")
-        block = {k: v[row_index] for k, v in packed.items()}
-        block["old_log_probs"] = policy[row_index]
-        block["advantages"] = torch.zeros_like(block["old_log_probs"])  # the DPO term is in the actor loss
-        if "ref_log_prob" in batch.batch.keys():
-            block["ref_log_prob"] = ref[row_index]
-        if "rollout_log_probs" in batch.batch.keys():
-            block["rollout_log_probs"] = policy[row_index]  # not sampled by the rollout: importance weight 1
-        if "rollout_is_weights" in batch.batch.keys():  # decoupled rollout correction: weight 1, as above
-            block["rollout_is_weights"] = torch.ones_like(block["old_log_probs"])
-        block.update(cols)
-        return DataProto.from_dict(tensors=block), replay_metrics
+        return DataProto.from_dict(tensors=block), metrics
 
 
 class AgentComposerTrainer(AgentEpisodesMixin, RayComposerTrainer):

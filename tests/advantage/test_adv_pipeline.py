@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl_ext.advantage import AdvantageConfig, compute_advantages
+from verl_ext.advantage import AdvantageConfig, AdvantageInputs, compute_advantages
 
 
 def make_batch(seed, bs=24, T=16, group=4):
@@ -34,8 +34,7 @@ def make_batch(seed, bs=24, T=16, group=4):
 
 def run_fast(b, estimator, metrics=None, **cfg):
     config = AdvantageConfig.from_algorithm(cfg, adv_estimator=estimator)
-    return compute_advantages(
-        config,
+    inputs = AdvantageInputs(
         b["rewards"],
         b["mask"],
         b["index"],
@@ -43,8 +42,8 @@ def run_fast(b, estimator, metrics=None, **cfg):
         entropys=b["ent"],
         planning_mask=b["plan"],
         sepa_lambda=cfg.pop("_lam", 0.4),
-        metrics=metrics,
     )
+    return compute_advantages(config, inputs, metrics=metrics)
 
 
 def run_slow(b, advantage_mode, transform, kind="surprisal", beta=0.1, alpha=0.2, lam=0.4):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl_ext.advantage import AdvantageConfig, PluginError, compute_advantages
+from verl_ext.advantage import AdvantageConfig, AdvantageInputs, PluginError, compute_advantages
 
 PLUGINS = """
 import torch
@@ -94,7 +94,9 @@ def batch(seed=0, bs=12, T=8):
 def run(cfg, estimator="composable", **kwargs):
     rewards, mask, index, logp, plan = batch()
     config = AdvantageConfig.from_algorithm(cfg, adv_estimator=estimator)
-    return compute_advantages(config, rewards, mask, index, old_log_probs=logp, planning_mask=plan, **kwargs), batch()
+    metrics = kwargs.pop("metrics", None)
+    inputs = AdvantageInputs(rewards, mask, index, old_log_probs=logp, planning_mask=plan, **kwargs)
+    return compute_advantages(config, inputs, metrics=metrics), batch()
 
 
 def plain_episode(values_per_response, mask):

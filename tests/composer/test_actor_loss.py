@@ -296,3 +296,19 @@ def test_collect_mode_returns_the_top_k_of_every_position(model, actor_config, k
     torch.testing.assert_close(got_lp, want.values)
     assert torch.equal(got_id, want.indices)
     assert loss.item() == 0.0 and metrics == {}
+
+
+def test_update_means_pop_the_sums():
+    from verl_ext.composer.actor_loss import update_means
+
+    sums = {
+        "actor/composer/sdpo_jsd_sum": 3.0,
+        "actor/composer/sdpo_tokens": 4.0,
+        "actor/composer/dpo_loss_sum": 1.5,
+        "actor/composer/dpo_pairs": 2.0,
+        "actor/pg_loss": 0.1,
+    }
+    assert update_means(sums) == (0.75, 0.75)
+    assert sums == {"actor/pg_loss": 0.1}
+    assert update_means(sums) == (0.0, None)  # no site token, no pair
+    assert update_means({"actor/composer/sdpo_tokens": 0.0, "actor/composer/dpo_pairs": 0.0}) == (0.0, None)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from verl_ext.composer import DisagreementConfig, PairReader, PairWriter, StepRecord, extract_pairs, pair_from_step
+from verl_ext.composer.disagreement import answer_key
 
 MAJORITY = DisagreementConfig(rule="majority", min_agree=2)  # composer.yaml's defaults
 ANY = DisagreementConfig(rule="any_differs", min_agree=2)
@@ -99,3 +100,41 @@ def test_writer_appends_and_reader_yields_new_pairs(tmp_path):
     assert json.loads(lines[0])["answers"] == {"a": "cat f", "b": "cat f", "c": "pwd"}
     resumed = PairReader(path, offset=0)
     assert len(list(resumed.read_new())) == 4
+
+
+def test_answer_key_compares_boxed_answers():
+    assert answer_key("so it is \\boxed{ 3 }") == answer_key("The answer is \\boxed{3}")
+    assert answer_key("\\boxed{3}") != answer_key("\\boxed{4}")
+    assert answer_key("no box  Here") == "no box here"
+
+
+class _Answer:
+    def __init__(self, text):
+        self.text = text
+
+
+def test_prompt_groups_and_step_records():
+    from verl_ext.composer.disagreement import prompt_groups, step_records, trace_id
+
+    uids = ["b", "a", "b", "a", "b"]
+    raw = [[{"role": "user", "content": f"q{u}"}] for u in uids]
+    ids = [[1, 2] if u == "a" else [3] for u in uids]
+    texts = ["\\boxed{1}", "x", "so \\boxed{ 1 }", "y", "\\boxed{2}"]
+    groups = prompt_groups(uids, raw, ids, texts)
+    # one group per uid in first-seen order, the first row's prompt, every row's response in order
+    assert [g.messages for g in groups] == [[{"role": "user", "content": "qb"}], [{"role": "user", "content": "qa"}]]
+    assert [g.ids for g in groups] == [[3], [1, 2]]
+    assert [g.responses for g in groups] == [("\\boxed{1}", "so \\boxed{ 1 }", "\\boxed{2}"), ("x", "y")]
+    assert groups[0].trace_id == trace_id([{"role": "user", "content": "qb"}]) and len(groups[0].trace_id) == 16
+    assert groups[0].trace_id != groups[1].trace_id
+
+    answers = {"t1": _Answer("\\boxed{2}"), "t2": None, "t3": _Answer("\\boxed{2}")}
+    records = step_records(groups[0], 7, answers)
+    # one record per distinct boxed answer: "1" (first response giving it) and "2"
+    assert [r.student_action for r in records] == ["\\boxed{1}", "\\boxed{2}"]
+    for r in records:
+        assert (r.trace_id, r.step) == (groups[0].trace_id, 7)
+        assert r.teacher_answers == {"t1": "\\boxed{2}", "t2": None, "t3": "\\boxed{2}"}
+        assert r.prompt == {"messages": groups[0].messages, "ids": [3]}
+    pairs = extract_pairs(records, DisagreementConfig(rule="majority", min_agree=2, normalize=answer_key))
+    assert [(p.chosen, p.rejected) for p in pairs] == [("\\boxed{2}", "\\boxed{1}")]

@@ -1,11 +1,14 @@
-"""grpo_composer estimator: GRPO part against verl's own grpo and a loop, the SDPO term, and verl registration."""
+"""grpo_composer estimator: GRPO part against verl's own grpo and a loop, the SDPO term, verl registration, and
+composer_advantages on real DataProtos."""
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl import DataProto
 
 from verl_ext.composer import compute_grpo_composer_advantage, register, sdpo_advantage_term
+from verl_ext.composer.grpo_composer import composer_advantages
 
 
 def make_batch(seed, bsz=12, resp_len=7):
@@ -113,3 +116,68 @@ def test_register_is_idempotent_and_runs_through_verl_compute_advantage():
     algo.alpha_sdpo = 0.1
     with pytest.raises(ValueError, match="compute_advantage does not pass them"):
         compute_advantage(data, adv_estimator="grpo_composer", config=algo)
+
+
+def _batch(seed: int, groups: int = 3, n: int = 4, length: int = 6) -> DataProto:
+    g = torch.Generator().manual_seed(seed)
+    b = groups * n
+    lengths = torch.randint(1, length + 1, (b,), generator=g)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    rewards = torch.zeros(b, length)
+    rewards[torch.arange(b), lengths - 1] = torch.randint(0, 2, (b,), generator=g).float()
+    return DataProto.from_dict(
+        tensors={
+            "token_level_rewards": rewards,
+            "response_mask": mask,
+            "old_log_probs": -torch.rand(b, length, generator=g) * 3,
+        },
+        non_tensors={"uid": np.array([f"u{i // n}" for i in range(b)], dtype=object)},
+    )
+
+
+def _algo(alpha: float):
+    return OmegaConf.create(
+        {
+            "adv_estimator": "grpo_composer",
+            "alpha_sdpo": alpha,
+            "norm_adv_by_std_in_grpo": False,
+            "gamma": 1.0,
+            "lam": 1.0,
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_alpha_zero_is_plain_grpo(seed):
+    """With alpha = 0 (and no replay rows: beta = 0) the advantages are exactly verl's own grpo's on the batch."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    batch = _batch(seed)
+    ours, _ = composer_advantages(batch, _algo(0.0))
+    plain = compute_advantage(
+        batch,
+        adv_estimator="grpo",
+        num_repeat=4,
+        norm_adv_by_std_in_grpo=False,
+        config=OmegaConf.create({"adv_estimator": "grpo"}),
+    )
+    torch.testing.assert_close(ours, plain.batch["advantages"])
+    # SDPO inputs present but alpha = 0: still plain GRPO.
+    sdpo = {
+        "sdpo_teacher_log_probs": torch.zeros_like(ours),
+        "sdpo_error_mask": torch.ones_like(ours, dtype=torch.bool),
+    }
+    torch.testing.assert_close(composer_advantages(batch, _algo(0.0), sdpo)[0], plain.batch["advantages"])
+
+
+def test_sdpo_term_added_only_at_error_tokens():
+    batch = _batch(7)
+    base, _ = composer_advantages(batch, _algo(0.0))
+    teacher = batch.batch["old_log_probs"] + 0.5
+    error = torch.zeros_like(teacher, dtype=torch.bool)
+    error[[1, 5]] = batch.batch["response_mask"][[1, 5]].bool()
+    shaped, _ = composer_advantages(batch, _algo(0.2), {"sdpo_teacher_log_probs": teacher, "sdpo_error_mask": error})
+    for i in range(shaped.shape[0]):
+        for t in range(shaped.shape[1]):
+            want = base[i, t] + (0.2 * 0.5 if error[i, t] else 0.0)
+            assert shaped[i, t].item() == pytest.approx(want.item(), abs=1e-6)

@@ -77,3 +77,26 @@ def test_verl_padding_round_trip_aligns_response_tokens():
     for i, r in enumerate(responses):
         assert out[i, : len(r)].tolist() == [float(x) for x in r]
         assert out[i, len(r) :].abs().sum() == 0
+
+
+@pytest.mark.parametrize("n,multiple", [(1, 1), (3, 4), (4, 4), (5, 2), (7, 6)])
+def test_pad_rows_repeats_the_last_row(n, multiple):
+    from verl_ext.composer.rows import pad_rows
+
+    tensors = {"a": torch.arange(n * 3).view(n, 3), "b": torch.arange(n)}
+    out = pad_rows(tensors, multiple)
+    total = n if n % multiple == 0 else n + multiple - n % multiple
+    for key, value in tensors.items():
+        rows = [value[i].tolist() for i in range(n)] + [value[n - 1].tolist()] * (total - n)
+        assert [r.tolist() for r in out[key]] == rows
+
+
+def test_prompt_response_tokens_split_at_the_prompt_width():
+    from verl_ext.composer.rows import prompt_response_tokens
+
+    prefixes, responses = [[5, 6, 7], [8]], [[11, 12], [13, 14, 15]]
+    packed = pack_rows(prefixes, responses, PAD, response_width=4)
+    assert prompt_response_tokens(packed["prompts"], packed["responses"], packed["attention_mask"]) == (
+        prefixes,
+        responses,
+    )

@@ -2,11 +2,13 @@
 
 `register()` adds the estimators `maxrl`, `gtpo`, `gtpo_hicra`, `gtpo_sepa`, `composable` to verl's registry
 (idempotent). verl's own `grpo` stays as it is (with `norm_adv_by_std_in_grpo=False` it is the reference GRPO).
-The formulas are in the modules named after each algorithm; the config keys in `config` and advantage.yaml.
+The formulas are in the modules named after each algorithm, each listed once in `registry` (how to add one is
+there); the config keys in `config` and advantage.yaml.
 """
 
 from __future__ import annotations
 
+from verl_ext.advantage.base import AdvantageInputs
 from verl_ext.advantage.config import ADVANTAGE_YAML, AdvantageConfig, SepaConfig, validate_algorithm_config
 from verl_ext.advantage.gram_match import DEFAULT_STRATEGIC_GRAMS
 from verl_ext.advantage.pipeline import compute_advantages
@@ -23,6 +25,7 @@ from verl_ext.advantage.sepa_schedule import SepaController
 
 __all__ = [
     "ADVANTAGE_YAML",
+    "AdvantageInputs",
     "DEFAULT_STRATEGIC_GRAMS",
     "AdvantageConfig",
     "AlgorithmContext",
@@ -44,7 +47,8 @@ def register() -> None:
     """Register the estimators with verl.trainer.ppo.core_algos.register_adv_est. Safe to call repeatedly."""
     from verl.trainer.ppo.core_algos import register_adv_est
 
-    from verl_ext.advantage.estimators import ESTIMATOR_FNS
+    from verl_ext.advantage.estimators import verl_function
+    from verl_ext.advantage.registry import estimators
 
-    for name, fn in ESTIMATOR_FNS.items():
-        register_adv_est(name)(fn)
+    for name in estimators():
+        register_adv_est(name)(verl_function(name))

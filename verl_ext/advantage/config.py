@@ -5,7 +5,7 @@ AlgoConfig dataclasses and plain dicts are read the same way. The keys live flat
 verl, so on the command line they need a `+` (`+algorithm.gtpo_beta=0.2`, `+algorithm.sepa.schedule=auto`), or a
 recipe merges advantage.yaml (beside this file, every key documented) under `algorithm`.
 
-Which keys count depends on `algorithm.adv_estimator`:
+Which keys count depends on `algorithm.adv_estimator` (what each estimator fixes is its entry in `registry`):
 - `maxrl`: MaxRL episode advantages broadcast over tokens; no transform.
 - `gtpo`, `gtpo_hicra`, `gtpo_sepa`: `advantage_mode` (default maxrl) then that transform.
 - `composable`: `advantage_mode` + `transform_mode`, or `algorithm_mode`, which wins over both.
@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+import verl_ext.advantage.registry as registry
 from verl_ext.advantage.gram_match import parse_grams
 from verl_ext.advantage.plugins import Plugin, load_context_plugin, load_episode_plugin, load_uncertainty_plugin
 from verl_ext.advantage.sepa_schedule import SCHEDULES
@@ -33,10 +34,11 @@ ADVANTAGE_YAML = Path(__file__).with_name("advantage.yaml")
 # The one place every default lives (each key documented there); the dataclasses below take theirs from it.
 YAML_DEFAULTS: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(ADVANTAGE_YAML), resolve=True)
 
-ESTIMATORS = ("maxrl", "gtpo", "gtpo_hicra", "gtpo_sepa", "composable")
-TOKEN_ESTIMATORS = ("gtpo", "gtpo_hicra", "gtpo_sepa", "composable")
-EPISODE_MODES = ("grpo", "maxrl")
-TRANSFORM_MODES = ("none", "gtpo", "gtpo_hicra", "gtpo_sepa")
+# The names in the registry (registry.ALGORITHMS, one entry per algorithm), for readers outside the package; the
+# checks below ask the registry itself.
+ESTIMATORS = tuple(registry.estimators())  # the project's adv_estimator names
+EPISODE_MODES = tuple(registry.episode_modes())  # built-in advantage_mode values
+TRANSFORM_MODES = ("none", *registry.transforms())  # built-in transform_mode values
 _KEYS = (
     "advantage_mode",
     "transform_mode",
@@ -107,8 +109,8 @@ class AdvantageConfig:
         return config
 
     def validate(self) -> None:
-        _check_mode(self.advantage_mode, EPISODE_MODES, "advantage_mode")
-        _check_mode(self.transform_mode, TRANSFORM_MODES, "transform_mode")
+        _check_mode(self.advantage_mode, tuple(registry.episode_modes()), "advantage_mode")
+        _check_mode(self.transform_mode, ("none", *registry.transforms()), "transform_mode")
         if self.gtpo_beta < 0:
             raise ConfigError(f"gtpo_beta must be >= 0, got {self.gtpo_beta}")
         if not 0.0 <= self.hicra_alpha <= 1.0:
@@ -127,44 +129,55 @@ class AdvantageConfig:
         self.plugins()  # imports each plugin and checks its signature now, not inside a Ray worker
 
     def _check_estimator(self) -> None:
+        """What the estimator fixes (its registry entry) must not be contradicted: an episode-mode estimator (maxrl)
+        takes no other advantage_mode than its own or the default, no transform and no algorithm_mode; a transform
+        estimator (gtpo*) no other transform and no algorithm_mode; verl's estimators none of the three."""
         est = self.adv_estimator
         transform_set = self.transform_mode != "none"
-        if est is None or est == "composable":
+        if est is None:
             return
-        if est == "maxrl":
-            if self.advantage_mode != "maxrl" or transform_set or self.algorithm_mode:
+        entry = registry.estimators().get(est)
+        if entry is None:
+            if transform_set or self.algorithm_mode or self.advantage_mode not in registry.episode_modes():
                 raise ConfigError(
-                    "adv_estimator=maxrl takes no advantage_mode/transform_mode/algorithm_mode; use "
+                    f"transform_mode/algorithm_mode/a plugin advantage_mode have no effect with adv_estimator={est}; "
+                    f"use one of {tuple(registry.estimators())} (e.g. adv_estimator=composable advantage_mode=grpo "
+                    "transform_mode=gtpo)"
+                )
+            return
+        episode, transform = entry.fixed
+        if episode is not None:
+            other_mode = self.advantage_mode not in (episode, YAML_DEFAULTS["advantage_mode"])
+            if other_mode or transform_set or self.algorithm_mode:
+                raise ConfigError(
+                    f"adv_estimator={est} takes no advantage_mode/transform_mode/algorithm_mode; use "
                     "adv_estimator=composable to combine them"
                 )
-        elif est in TOKEN_ESTIMATORS:
-            if transform_set and self.transform_mode != est:
+        elif transform is not None:
+            if transform_set and self.transform_mode != transform:
                 raise ConfigError(
                     f"adv_estimator={est} contradicts transform_mode={self.transform_mode}; drop transform_mode or "
                     "use adv_estimator=composable"
                 )
             if self.algorithm_mode:
                 raise ConfigError(f"algorithm_mode is used only by adv_estimator=composable, not {est}")
-        elif transform_set or self.algorithm_mode or self.advantage_mode not in EPISODE_MODES:
-            raise ConfigError(
-                f"transform_mode/algorithm_mode/a plugin advantage_mode have no effect with adv_estimator={est}; use "
-                f"one of {ESTIMATORS} (e.g. adv_estimator=composable advantage_mode=grpo transform_mode=gtpo)"
-            )
 
     # What the selected estimator computes -------------------------------------------------------------------
+    def _fixed(self) -> tuple[str | None, str | None]:
+        entry = registry.estimators().get(self.adv_estimator)
+        return (None, None) if entry is None else entry.fixed
+
     @property
     def effective_transform(self) -> str:
         """The transform the estimator applies ("none" for maxrl and for algorithm_mode)."""
-        est = self.adv_estimator
-        if est == "maxrl" or self.algorithm_mode:
+        if self.algorithm_mode:
             return "none"
-        if est in ("gtpo", "gtpo_hicra", "gtpo_sepa"):
-            return est
-        return self.transform_mode
+        fixed = self._fixed()[1]
+        return self.transform_mode if fixed is None else fixed
 
     @property
     def effective_episode_mode(self) -> str:
-        return "maxrl" if self.adv_estimator == "maxrl" else self.advantage_mode
+        return self._fixed()[0] or self.advantage_mode
 
     def plugins(self) -> list[Plugin]:
         """The plugins the estimator calls (loaded and checked)."""
@@ -172,9 +185,9 @@ class AdvantageConfig:
         if self.algorithm_mode:
             out.append(load_context_plugin(self.algorithm_mode, "algorithm_mode"))
         else:
-            if self.effective_episode_mode not in EPISODE_MODES:
+            if self.effective_episode_mode not in registry.episode_modes():
                 out.append(load_episode_plugin(self.effective_episode_mode))
-            if self.effective_transform not in TRANSFORM_MODES:
+            if self.effective_transform != "none" and self.effective_transform not in registry.transforms():
                 out.append(load_context_plugin(self.effective_transform, "transform_mode"))
         if self.uncertainty_kind not in KIND_ALIASES.values() and self.needs_log_probs:
             out.append(load_uncertainty_plugin(self.uncertainty_kind))
@@ -195,19 +208,23 @@ class AdvantageConfig:
     @property
     def needs_planning(self) -> bool:
         """Planning masks must be passed, or a tokenizer and the response ids to detect them."""
-        return self.effective_transform in ("gtpo_hicra", "gtpo_sepa") or any(p.needs_planning for p in self.plugins())
+        transform = registry.transforms().get(self.effective_transform)
+        return (transform is not None and transform.needs_planning) or any(p.needs_planning for p in self.plugins())
 
     @property
     def uses_sepa(self) -> bool:
         """A `sepa_lambda` must be passed (from the trainer's SepaController)."""
-        return self.effective_transform == "gtpo_sepa" or any(p.uses_sepa_controller for p in self.plugins())
+        transform = registry.transforms().get(self.effective_transform)
+        return (transform is not None and transform.uses_sepa_lambda) or any(
+            p.uses_sepa_controller for p in self.plugins()
+        )
 
 
 def validate_algorithm_config(cfg: Any) -> AdvantageConfig | None:
     """Check verl's `algorithm` section before Ray starts. The AdvantageConfig if adv_estimator is one of this
     package's estimators, else None (after checking that no key of ours would be silently ignored)."""
     config = AdvantageConfig.from_algorithm(cfg)
-    return config if config.adv_estimator in ESTIMATORS else None
+    return config if config.adv_estimator in registry.estimators() else None
 
 
 def _plain(cfg: Any) -> dict[str, Any]:

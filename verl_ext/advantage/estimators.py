@@ -1,11 +1,12 @@
-"""verl advantage estimators: `maxrl`, `gtpo`, `gtpo_hicra`, `gtpo_sepa`, `composable`.
+"""verl's entry points for the project's estimators: one function per `registry.estimators()` name (`maxrl`, `gtpo`,
+`gtpo_hicra`, `gtpo_sepa`, `composable`), made here from the registry and registered by `advantage.register()`.
 
 Each keeps verl's calling convention `fn(token_level_rewards, response_mask, index, config=None, **kwargs)
 -> (advantages, returns)`, shapes (bs, T), `index` the uid array, reward per response = sum over T, and
 returns = advantages (outcome-only, as verl's GRPO). `config` is verl's `algorithm` section (see `config`).
 
 Keyword arguments the token-level estimators use (verl's stock trainer passes none of them; the project's trainer
-`verl_ext.trainer.ExtRayPPOTrainer` does):
+`verl_ext.trainer.ExtRayPPOTrainer` does), read once into an `AdvantageInputs` (base.py):
     old_log_probs (bs, T)   log-probs of the sampled tokens under the rollout-time policy
     entropys (bs, T)        per-token vocabulary entropy; required by uncertainty_kind=shannon_entropy
     planning_mask (bs, T)   bool; else detected from `responses` (bs, T ids) with `tokenizer` when needed
@@ -17,10 +18,15 @@ Other keyword arguments (verl may add some, e.g. reward_baselines) are ignored.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
+from collections.abc import Callable
 
 import torch
 
+import verl_ext.advantage.registry as registry
+from verl_ext.advantage.base import AdvantageInputs
 from verl_ext.advantage.config import AdvantageConfig
 from verl_ext.advantage.pipeline import compute_advantages
 from verl_ext.advantage.planning import PlanningDetector
@@ -40,57 +46,31 @@ def planning_detector(tokenizer, grams: tuple[str, ...]) -> PlanningDetector:
         return cached[1]
 
 
-def _estimate(name: str, token_level_rewards, response_mask, index, config, kwargs) -> tuple[torch.Tensor, ...]:
+def estimate(name: str, token_level_rewards, response_mask, index, config, kwargs) -> tuple[torch.Tensor, ...]:
+    """The estimator `name` on verl's arguments: (advantages, returns), the same tensor."""
     cfg = AdvantageConfig.from_algorithm(config, adv_estimator=name)
-    planning_mask = kwargs.get("planning_mask")
+    inputs = AdvantageInputs.from_verl(token_level_rewards, response_mask, index, kwargs)
     tokenizer, responses = kwargs.get("tokenizer"), kwargs.get("responses")
-    if planning_mask is None and cfg.needs_planning and tokenizer is not None and responses is not None:
+    if inputs.planning_mask is None and cfg.needs_planning and tokenizer is not None and responses is not None:
         planning_mask = planning_detector(tokenizer, cfg.strategic_grams)(responses, response_mask)
+        inputs = dataclasses.replace(inputs, planning_mask=planning_mask)
     with torch.no_grad():
-        advantages = compute_advantages(
-            cfg,
-            token_level_rewards,
-            response_mask,
-            index,
-            old_log_probs=kwargs.get("old_log_probs"),
-            entropys=kwargs.get("entropys"),
-            planning_mask=planning_mask,
-            step=int(kwargs.get("step") or 0),
-            sepa_lambda=kwargs.get("sepa_lambda"),
-            metrics=kwargs.get("metrics"),
-        )
+        advantages = compute_advantages(cfg, inputs, metrics=kwargs.get("metrics"))
     return advantages, advantages
 
 
-def compute_maxrl_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """MaxRL episode advantages, broadcast over each response's tokens."""
-    return _estimate("maxrl", token_level_rewards, response_mask, index, config, kwargs)
+@functools.cache  # one function object per name: verl's register_adv_est accepts it again, never a different one
+def verl_function(name: str) -> Callable:
+    """verl's estimator function for a registry estimator (`compute_<name>_advantage`)."""
+    summary = registry.estimators()[name].summary
+
+    def estimator(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+        return estimate(name, token_level_rewards, response_mask, index, config, kwargs)
+
+    estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"
+    estimator.__doc__ = summary
+    return estimator
 
 
-def compute_gtpo_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """advantage_mode (default maxrl) + GTPO weighting."""
-    return _estimate("gtpo", token_level_rewards, response_mask, index, config, kwargs)
-
-
-def compute_gtpo_hicra_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """advantage_mode (default maxrl) + GTPO weighting + HICRA on planning tokens."""
-    return _estimate("gtpo_hicra", token_level_rewards, response_mask, index, config, kwargs)
-
-
-def compute_gtpo_sepa_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """advantage_mode (default maxrl) + SEPA pooling + GTPO weighting (the recommended condition)."""
-    return _estimate("gtpo_sepa", token_level_rewards, response_mask, index, config, kwargs)
-
-
-def compute_composable_advantage(token_level_rewards, response_mask, index=None, config=None, **kwargs):
-    """advantage_mode + transform_mode, or algorithm_mode, all from config."""
-    return _estimate("composable", token_level_rewards, response_mask, index, config, kwargs)
-
-
-ESTIMATOR_FNS = {
-    "maxrl": compute_maxrl_advantage,
-    "gtpo": compute_gtpo_advantage,
-    "gtpo_hicra": compute_gtpo_hicra_advantage,
-    "gtpo_sepa": compute_gtpo_sepa_advantage,
-    "composable": compute_composable_advantage,
-}
+ESTIMATOR_FNS = {name: verl_function(name) for name in registry.estimators()}
+globals().update({fn.__name__: fn for fn in ESTIMATOR_FNS.values()})  # importable by name, e.g. for pickling

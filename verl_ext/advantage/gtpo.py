@@ -10,11 +10,14 @@ kept and only moved towards uncertain tokens; for beta <= 1 and u >= 0 the clamp
 A_{i,t} has the sign of A_i. (The paper shapes rewards additively across the group instead; the retrain form is the
 one the seeds describe.) Assumptions: u >= 0, capped, zero on padding; padding positions must be masked by the
 caller (their weight is not defined).
+Registry entry: `transform_mode=gtpo`, and `adv_estimator=gtpo` (advantage_mode's episode advantage, then GTPO).
 """
 
 from __future__ import annotations
 
 import torch
+
+from verl_ext.advantage.base import TokenTransform, TokenWork
 
 MEAN_U_MIN = 1e-7
 MEAN_U_EPS = 1e-8
@@ -60,3 +63,11 @@ def gtpo_weights(u: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tens
     """Out-of-place form; u may hold anything on padding (it is zeroed first), mask may be bool."""
     m = mask.to(u.dtype)
     return gtpo_weights_(u * m, m, beta)
+
+
+def gtpo_transform(work: TokenWork) -> torch.Tensor:
+    """The `gtpo` transform, in place on work.u: A_i * w_t (the pipeline masks padding)."""
+    return gtpo_advantages_(work.u, work.m, work.gtpo_beta, work.episode, nonnegative=work.nonnegative)
+
+
+GTPO = TokenTransform("gtpo", gtpo_transform, summary="advantage_mode (default maxrl) + GTPO weighting.")

@@ -3,11 +3,17 @@
 Formula, per token: `A_t <- A_t + alpha * |A_t| * plan_t`. A positive advantage on a planning token becomes
 A (1 + alpha), a negative one A (1 - alpha): planning tokens of good responses are pushed up more and those of bad
 responses are pushed down less. With 0 <= alpha <= 1 the sign is kept. Applied after GTPO weighting.
+Assumptions: a planning mask marks the planning tokens (strategic grams, `planning.py`); 0 <= alpha <= 1.
+Registry entry: `transform_mode=gtpo_hicra`, and `adv_estimator=gtpo_hicra` (advantage_mode's episode advantage,
+GTPO weighting, then HICRA).
 """
 
 from __future__ import annotations
 
 import torch
+
+from verl_ext.advantage.base import TokenTransform, TokenWork
+from verl_ext.advantage.gtpo import gtpo_transform
 
 
 def hicra(token_advantages: torch.Tensor, planning: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -23,3 +29,16 @@ def hicra_factor_(planning: torch.Tensor, episode_advantages: torch.Tensor, alph
     """
     row = (alpha * torch.sign(episode_advantages)).to(planning.dtype).unsqueeze(-1)
     return torch.addcmul(torch.ones((), dtype=planning.dtype), planning, row, out=planning)
+
+
+def gtpo_hicra_transform(work: TokenWork) -> torch.Tensor:
+    """GTPO, then HICRA's factor (in place on work.u and work.p)."""
+    return gtpo_transform(work).mul_(hicra_factor_(work.p, work.episode, work.hicra_alpha))
+
+
+GTPO_HICRA = TokenTransform(
+    "gtpo_hicra",
+    gtpo_hicra_transform,
+    summary="advantage_mode (default maxrl) + GTPO weighting + HICRA on planning tokens.",
+    needs_planning=True,
+)

@@ -1,11 +1,13 @@
 """The composable advantage pipeline (retrain's, ALGORITHMS.md sections 1-3), for a whole batch at once.
 
-    rewards (sum of token_level_rewards) -> episode advantages (grpo | maxrl | plugin)
+    rewards (sum of token_level_rewards) -> episode advantages (a registry EpisodeMode: grpo | maxrl; or a plugin)
       -> uninformative groups zeroed (and counted)
       -> transform "none": broadcast over the response's tokens
-         built-in: u (uncertainty_kind) -> SEPA pooling (gtpo_sepa) -> GTPO weighting -> HICRA (gtpo_hicra)
+         a registry TokenTransform: u (uncertainty_kind) -> its apply(TokenWork), e.g. gtpo_sepa: SEPA pooling ->
+           GTPO weighting; gtpo_hicra: GTPO weighting -> HICRA
          plugin: fn(TransformContext)
     or algorithm_mode: fn(AlgorithmContext) does everything (the uninformative rule included, if it wants it).
+Input: one `AdvantageInputs` (base.py) with the batch and what the trainer passed.
 Output: (bs, T) token advantages, zero on padding. Metrics (when a dict is given), all floats:
     adv/correct_rate, adv/skipped_all_correct, adv/skipped_all_wrong      always
     adv/sepa_lambda                                                         when SEPA is used
@@ -25,12 +27,10 @@ from collections.abc import MutableMapping
 
 import torch
 
-from verl_ext.advantage.config import TRANSFORM_MODES, AdvantageConfig
+import verl_ext.advantage.registry as registry
+from verl_ext.advantage.base import AdvantageInputs, TokenWork
+from verl_ext.advantage.config import AdvantageConfig
 from verl_ext.advantage.groups import group_ids
-from verl_ext.advantage.grpo import grpo_advantages
-from verl_ext.advantage.gtpo import gtpo_advantages_
-from verl_ext.advantage.hicra import hicra_factor_
-from verl_ext.advantage.maxrl import maxrl_advantages
 from verl_ext.advantage.plugins import (
     AlgorithmContext,
     TransformContext,
@@ -41,34 +41,22 @@ from verl_ext.advantage.plugins import (
     run_uncertainty_plugin,
     token_advantages_from,
 )
-from verl_ext.advantage.sepa import sepa_pool_
-from verl_ext.advantage.uncertainty import KIND_ALIASES, U_CAP, builtin_uncertainty
+from verl_ext.advantage.uncertainty import KIND_ALIASES, U_CAP, builtin_uncertainty, uncertainty_sums
 from verl_ext.advantage.uninformative import CORRECT_THRESHOLD, uninformative_groups
-
-_EPISODE_FNS = {"grpo": grpo_advantages, "maxrl": maxrl_advantages}
 
 
 def compute_advantages(
-    config: AdvantageConfig,
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index,
-    *,
-    old_log_probs: torch.Tensor | None = None,
-    entropys: torch.Tensor | None = None,
-    planning_mask: torch.Tensor | None = None,
-    step: int = 0,
-    sepa_lambda: float | None = None,
-    metrics: MutableMapping[str, float] | None = None,
+    config: AdvantageConfig, inputs: AdvantageInputs, metrics: MutableMapping[str, float] | None = None
 ) -> torch.Tensor:
     """Token advantages (bs, T) in token_level_rewards' dtype. ValueError if an input the config needs is missing."""
-    require_inputs(config, old_log_probs, entropys, planning_mask, sepa_lambda)
+    require_inputs(config, inputs)
+    response_mask, token_level_rewards = inputs.response_mask, inputs.token_level_rewards
     bs, T = response_mask.shape
     if token_level_rewards.shape != (bs, T):
         raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask {(bs, T)} differ")
     # float32 per-response sum first (exact for outcome rewards), float64 for the per-group statistics
     rewards = token_level_rewards.sum(dim=-1).double()
-    gid, n_groups = group_ids(index, bs)
+    gid, n_groups = group_ids(inputs.index, bs)
     flat, n_all_correct, n_all_wrong = uninformative_groups(rewards, gid, n_groups)
     out: dict[str, float] = {
         "adv/correct_rate": float((rewards > CORRECT_THRESHOLD).double().mean()) if bs else 0.0,
@@ -76,97 +64,56 @@ def compute_advantages(
         "adv/skipped_all_wrong": float(n_all_wrong),
     }
     if config.uses_sepa:
-        out["adv/sepa_lambda"] = min(max(float(sepa_lambda), 0.0), 1.0)
+        out["adv/sepa_lambda"] = min(max(float(inputs.sepa_lambda), 0.0), 1.0)
 
     if config.algorithm_mode:
-        advantages = _algorithm_plugin(
-            config,
-            rewards=rewards,
-            gid=gid,
-            index=index,
-            response_mask=response_mask,
-            old_log_probs=old_log_probs,
-            entropys=entropys,
-            planning_mask=planning_mask,
-            step=step,
-            sepa_lambda=sepa_lambda,
-            out=out,
-        )
+        advantages = _algorithm_plugin(config, inputs, rewards, gid, out)
     else:
         episode = _episode_advantages(config, rewards, gid, n_groups)
         episode = torch.where(flat, 0.0, episode).to(token_level_rewards.dtype)
         if config.effective_transform == "none":
             advantages = episode.unsqueeze(-1) * response_mask  # as verl's grpo_vectorized: one fresh (bs, T) tensor
         else:
-            advantages = _token_advantages(
-                config,
-                episode=episode,
-                response_mask=response_mask,
-                old_log_probs=old_log_probs,
-                entropys=entropys,
-                planning_mask=planning_mask,
-                gid=gid,
-                step=step,
-                sepa_lambda=sepa_lambda,
-                out=out,
-                with_stats=metrics is not None,
-            )
+            advantages = _token_advantages(config, inputs, episode, gid, out, with_stats=metrics is not None)
     if metrics is not None:
         metrics.update(out)
     return advantages.to(token_level_rewards.dtype)
 
 
 def _token_advantages(
-    config,
-    *,
-    episode,
-    response_mask,
-    old_log_probs,
-    entropys,
-    planning_mask,
-    gid,
-    step,
-    sepa_lambda,
-    out,
-    with_stats: bool,
+    config: AdvantageConfig, inputs: AdvantageInputs, episode, gid, out, with_stats: bool
 ) -> torch.Tensor:
-    """u -> SEPA -> GTPO -> HICRA, or a transform plugin. Fresh (bs, T) tensors cost far more than in-place passes
-    on CPU (page faults), so this works in place on three: the mask m, the planning mask p (float 0/1) and u, which
-    becomes the weights and then the advantages."""
+    """u -> the transform (a registry TokenTransform, or a plugin). Fresh (bs, T) tensors cost far more than
+    in-place passes on CPU (page faults), so a built-in transform works in place on three: the mask m, the planning
+    mask p (float 0/1) and u, which becomes the weights and then the advantages."""
     transform = config.effective_transform
-    m = response_mask.to(torch.float32)
-    p = None if planning_mask is None else planning_mask.to(torch.float32).mul_(m)
-    u = _uncertainty(config, old_log_probs, entropys, response_mask, m)
+    m = inputs.response_mask.to(torch.float32)
+    p = None if inputs.planning_mask is None else inputs.planning_mask.to(torch.float32).mul_(m)
+    u = _uncertainty(config, inputs, m)
     n_tokens = float(m.sum(dim=-1).double().sum())
     if p is not None:
         out["adv/planning_token_frac"] = float(p.sum(dim=-1).double().sum()) / max(n_tokens, 1.0)
-    before = after = _uncertainty_sums(u, p) if with_stats else None
-    if transform not in TRANSFORM_MODES:
+    before = uncertainty_sums(u, p) if with_stats else None
+    builtin = registry.transforms().get(transform)
+    if builtin is None:
         # "after" = "before": u not transformed
-        advantages = _transform_plugin(
-            config,
-            transform,
-            episode=episode,
-            old_log_probs=old_log_probs,
-            u=u,
-            response_mask=response_mask,
-            p=p,
-            gid=gid,
-            entropys=entropys,
-            step=step,
-            sepa_lambda=sepa_lambda,
-            out=out,
-        )
+        advantages = _transform_plugin(config, transform, inputs, episode=episode, u=u, p=p, gid=gid, out=out)
+        after = before
     else:
-        if transform == "gtpo_sepa":
-            sepa_pool_(u, p, m, sepa_lambda)  # consumes p; planning tokens keep their u, so their sums too
-            if with_stats:
-                after = _uncertainty_sums(u, None)[:2] + before[2:]
-        builtin_u = config.uncertainty_kind in KIND_ALIASES.values()  # >= 0 by construction
-        advantages = gtpo_advantages_(u, m, config.gtpo_beta, episode, nonnegative=builtin_u)
-        if transform == "gtpo_hicra":
-            advantages.mul_(hicra_factor_(p, episode, config.hicra_alpha))
-        advantages.mul_(m)
+        work = TokenWork(
+            u=u,
+            m=m,
+            p=p,
+            episode=episode,
+            gtpo_beta=config.gtpo_beta,
+            hicra_alpha=config.hicra_alpha,
+            sepa_lambda=inputs.sepa_lambda,
+            nonnegative=config.uncertainty_kind in KIND_ALIASES.values(),  # built-in kinds are >= 0
+            before=before,
+            after=before,
+        )
+        advantages = builtin.apply(work).mul_(m)
+        after = work.after
     if with_stats:
         _emit_uncertainty_stats(out, "before", n_tokens, before)
         _emit_uncertainty_stats(out, "after", n_tokens, after)
@@ -179,17 +126,17 @@ TRAINER_HINT = (
 )
 
 
-def require_inputs(config: AdvantageConfig, old_log_probs, entropys, planning_mask, sepa_lambda) -> None:
+def require_inputs(config: AdvantageConfig, inputs: AdvantageInputs) -> None:
     """Raise a ValueError naming what is missing for this config and which trainer provides it."""
     name = f"adv_estimator={config.adv_estimator}" if config.adv_estimator else "the advantage pipeline"
     missing = []
-    if config.needs_log_probs and old_log_probs is None:
+    if config.needs_log_probs and inputs.old_log_probs is None:
         missing.append("old_log_probs")
-    if config.needs_entropys and entropys is None:
+    if config.needs_entropys and inputs.entropys is None:
         missing.append(f"entropys (uncertainty_kind={config.uncertainty_kind}; never replaced by surprisal)")
-    if config.needs_planning and planning_mask is None:
+    if config.needs_planning and inputs.planning_mask is None:
         missing.append("planning_mask (or `tokenizer` and `responses` to detect it)")
-    if config.uses_sepa and sepa_lambda is None:
+    if config.uses_sepa and inputs.sepa_lambda is None:
         missing.append("sepa_lambda (the SEPA schedule state lives in the trainer's SepaController)")
     if missing:
         raise ValueError(f"{name} needs {', '.join(missing)}. {TRAINER_HINT}.")
@@ -199,31 +146,29 @@ def _lambda(sepa_lambda: float | None) -> float:
     return 0.0 if sepa_lambda is None else float(sepa_lambda)
 
 
-def _algorithm_plugin(
-    config, *, rewards, gid, index, response_mask, old_log_probs, entropys, planning_mask, step, sepa_lambda, out
-) -> torch.Tensor:
-    mask = response_mask.bool()
-    planning = None if planning_mask is None else planning_mask.bool() & mask
-    m = response_mask.to(torch.float32)
-    u = _uncertainty(config, old_log_probs, entropys, response_mask, m)
+def _algorithm_plugin(config: AdvantageConfig, inputs: AdvantageInputs, rewards, gid, out) -> torch.Tensor:
+    mask = inputs.response_mask.bool()
+    planning = None if inputs.planning_mask is None else inputs.planning_mask.bool() & mask
+    m = inputs.response_mask.to(torch.float32)
+    u = _uncertainty(config, inputs, m)
     n_tokens = float(m.sum(dim=-1).double().sum())
     p = None if planning is None else planning.to(torch.float32)
     if p is not None:
         out["adv/planning_token_frac"] = float(p.sum(dim=-1).double().sum()) / max(n_tokens, 1.0)
-    before = _uncertainty_sums(u, p)
+    before = uncertainty_sums(u, p)
     _emit_uncertainty_stats(out, "before", n_tokens, before)
     _emit_uncertainty_stats(out, "after", n_tokens, before)
     ctx = AlgorithmContext(
         rewards=rewards,
         group_ids=gid,
-        index=index,
-        logprobs=old_log_probs,
+        index=inputs.index,
+        logprobs=inputs.old_log_probs,
         uncertainty=u,
         response_mask=mask,
         planning_mask=planning,
-        entropys=entropys,
-        sepa_lambda=_lambda(sepa_lambda),
-        step=step,
+        entropys=inputs.entropys,
+        sepa_lambda=_lambda(inputs.sepa_lambda),
+        step=inputs.step,
         gtpo_beta=config.gtpo_beta,
         hicra_alpha=config.hicra_alpha,
         advantage_params=config.advantage_params,
@@ -236,20 +181,20 @@ def _algorithm_plugin(
 
 
 def _transform_plugin(
-    config, transform, *, episode, old_log_probs, u, response_mask, p, gid, entropys, step, sepa_lambda, out
+    config: AdvantageConfig, transform: str, inputs: AdvantageInputs, *, episode, u, p, gid, out
 ) -> torch.Tensor:
-    mask = response_mask.bool()
+    mask = inputs.response_mask.bool()
     planning = None if p is None else p.bool()
     ctx = TransformContext(
         episode_advantages=episode,
-        logprobs=old_log_probs,
+        logprobs=inputs.old_log_probs,
         uncertainty=u,
         response_mask=mask,
         planning_mask=planning,
         group_ids=gid,
-        entropys=entropys,
-        sepa_lambda=_lambda(sepa_lambda),
-        step=step,
+        entropys=inputs.entropys,
+        sepa_lambda=_lambda(inputs.sepa_lambda),
+        step=inputs.step,
         gtpo_beta=config.gtpo_beta,
         hicra_alpha=config.hicra_alpha,
         params=config.transform_params,
@@ -262,45 +207,24 @@ def _transform_plugin(
 
 def _episode_advantages(config: AdvantageConfig, rewards, gid, n_groups) -> torch.Tensor:
     mode = config.effective_episode_mode
-    if mode in _EPISODE_FNS:
-        return _EPISODE_FNS[mode](rewards, gid, n_groups)
+    builtin = registry.episode_modes().get(mode)
+    if builtin is not None:
+        return builtin.fn(rewards, gid, n_groups)
     return run_episode_plugin(load_episode_plugin(mode), rewards, gid, n_groups, config.advantage_params)
 
 
-def _uncertainty(config: AdvantageConfig, log_probs, entropys, response_mask, m) -> torch.Tensor:
+def _uncertainty(config: AdvantageConfig, inputs: AdvantageInputs, m) -> torch.Tensor:
     """u (bs, T), a fresh float32 tensor, capped at U_CAP, 0 on padding."""
     kind = config.uncertainty_kind
     if kind in KIND_ALIASES.values():
-        return builtin_uncertainty(kind, log_probs, entropys).mul_(m)
+        return builtin_uncertainty(kind, inputs.old_log_probs, inputs.entropys).mul_(m)
     plugin = load_uncertainty_plugin(kind)
-    u = run_uncertainty_plugin(plugin, log_probs, entropys, response_mask, config.transform_params)
+    response_mask = inputs.response_mask
+    u = run_uncertainty_plugin(plugin, inputs.old_log_probs, inputs.entropys, response_mask, config.transform_params)
     u = torch.where(response_mask.bool(), u.float(), 0.0)
     if not torch.isfinite(u).all():
         raise ValueError(f"uncertainty_kind={kind!r} returned non-finite values on response tokens")
     return u.clamp_(max=U_CAP)
-
-
-_STATS_CHUNK = 1 << 18  # elements per chunk: big enough for BLAS, small enough to stay in cache
-
-
-def _uncertainty_sums(u: torch.Tensor, p: torch.Tensor | None) -> tuple[float, float, float, float, float]:
-    """(sum, sum of squares) of u over all tokens, and (count, sum, sum of squares) over planning tokens.
-
-    u is 0 on padding, so sums over everything are sums over masked-in tokens; p (float 0/1) marks planning tokens.
-    Dot products over row chunks in float32, totals in float64, and no fresh (bs, T) tensor.
-    """
-    total = total_sq = plan_n = plan_sum = plan_sq = 0.0
-    rows = max(1, _STATS_CHUNK // max(u.shape[1], 1))
-    for r in range(0, u.shape[0], rows):
-        uc = u[r : r + rows].reshape(-1)
-        total += float(uc.sum())
-        total_sq += float(torch.dot(uc, uc))
-        if p is not None:
-            pc = p[r : r + rows].reshape(-1)
-            plan_n += float(pc.sum())
-            plan_sum += float(torch.dot(uc, pc))
-            plan_sq += float(torch.dot(uc * pc, uc))
-    return total, total_sq, plan_n, plan_sum, plan_sq
 
 
 def _emit_uncertainty_stats(out: dict, tag: str, n_tokens: float, sums: tuple) -> None:

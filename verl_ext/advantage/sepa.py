@@ -6,11 +6,16 @@ Formula, per response, with `lam = clip(lambda_t, 0, 1)` (lam == 0 changes nothi
 At lam = 1 execution tokens carry no uncertainty variance, so GTPO's weights differentiate only planning tokens.
 Assumptions: u is capped and zero on padding; a response without execution tokens is left unchanged (no mean is
 formed, no NaN). The schedule of lambda_t lives in `sepa_schedule`.
+Registry entry: `transform_mode=gtpo_sepa`, and `adv_estimator=gtpo_sepa` (advantage_mode's episode advantage,
+SEPA pooling, then GTPO weighting: the recommended condition).
 """
 
 from __future__ import annotations
 
 import torch
+
+from verl_ext.advantage.base import TokenTransform, TokenWork
+from verl_ext.advantage.gtpo import gtpo_transform
 
 
 def sepa_pool_(u: torch.Tensor, planning: torch.Tensor, mask: torch.Tensor, lam: float) -> torch.Tensor:
@@ -34,3 +39,19 @@ def sepa_pool(u: torch.Tensor, planning: torch.Tensor, mask: torch.Tensor, lam: 
     """Out-of-place form; masks may be bool or 0/1, u anything finite on padding (zeroed first)."""
     m = mask.to(u.dtype)
     return sepa_pool_(u * m, planning.to(u.dtype) * m, m, lam)
+
+
+def gtpo_sepa_transform(work: TokenWork) -> torch.Tensor:
+    """SEPA pooling of work.u (consumes work.p), then GTPO."""
+    sepa_pool_(work.u, work.p, work.m, work.sepa_lambda)
+    work.pooled()
+    return gtpo_transform(work)
+
+
+GTPO_SEPA = TokenTransform(
+    "gtpo_sepa",
+    gtpo_sepa_transform,
+    summary="advantage_mode (default maxrl) + SEPA pooling + GTPO weighting (the recommended condition).",
+    needs_planning=True,
+    uses_sepa_lambda=True,
+)

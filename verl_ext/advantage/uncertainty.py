@@ -71,3 +71,26 @@ def builtin_uncertainty(kind: str, log_probs: torch.Tensor | None, entropys: tor
         raise ValueError(f"uncertainty_kind={kind} needs old_log_probs; none were passed")
     log_probs = log_probs.float()
     return surprisal(log_probs) if kind == "surprisal" else predictive_variance(log_probs)
+
+
+_STATS_CHUNK = 1 << 18  # elements per chunk: big enough for BLAS, small enough to stay in cache
+
+
+def uncertainty_sums(u: torch.Tensor, p: torch.Tensor | None) -> tuple[float, float, float, float, float]:
+    """(sum, sum of squares) of u over all tokens, and (count, sum, sum of squares) over planning tokens.
+
+    u is 0 on padding, so sums over everything are sums over masked-in tokens; p (float 0/1) marks planning tokens.
+    Dot products over row chunks in float32, totals in float64, and no fresh (bs, T) tensor.
+    """
+    total = total_sq = plan_n = plan_sum = plan_sq = 0.0
+    rows = max(1, _STATS_CHUNK // max(u.shape[1], 1))
+    for r in range(0, u.shape[0], rows):
+        uc = u[r : r + rows].reshape(-1)
+        total += float(uc.sum())
+        total_sq += float(torch.dot(uc, uc))
+        if p is not None:
+            pc = p[r : r + rows].reshape(-1)
+            plan_n += float(pc.sum())
+            plan_sum += float(torch.dot(uc, pc))
+            plan_sq += float(torch.dot(uc * pc, uc))
+    return total, total_sq, plan_n, plan_sum, plan_sq

@@ -6,15 +6,16 @@
 Modules (the Ray trainer lives in recipe/composer/):
     jsd            generalized_jsd_loss: full-logit JSD, chunked over tokens
     sdpo           sdpo_advantage_term (sampled-token SDPO, Recipe B); topk_generalized_jsd (full-logit SDPO on the
-                   teacher's top-k support)
-    grpo_composer  the `grpo_composer` advantage estimator (GRPO + the sampled-token SDPO term)
+                   teacher's top-k support); SdpoPlan: one step's error sites, teacher rows and either form's inputs
+    grpo_composer  the `grpo_composer` advantage estimator (GRPO + the sampled-token SDPO term); composer_advantages
     dpo            dpo_loss for the trace-replay pairs; dpo_row_losses (each row against its partner's fixed log-ratio)
     actor_loss     ComposerActorLoss: verl's ppo_loss + alpha_sdpo * JSD + beta_replay * DPO, installed on the actor
-                   with set_loss_fn; also the teacher pass's top-k collection
-    replay         the replay rows' layout: slots, DPO columns, rows first on every rank
-    rows           extra rows in verl's padded layout
+                   with set_loss_fn; also the teacher pass's top-k collection, and the update's means (update_means)
+    replay         the replay rows' layout: slots, DPO columns, rows first on every rank; one step's block from its
+                   scored pairs, the update batch, loss/grpo without the replay mini-batch
+    rows           extra rows in verl's padded layout, padded to whole worker batches
     teacher_pool   parallel, cached, capped, fault-tolerant OpenAI-compatible teacher queries
-    disagreement   teacher answers -> DPO pairs, JSONL writer/reader
+    disagreement   teacher answers -> DPO pairs, JSONL writer/reader; a step's prompt groups and their step records
     hints          error sites (env step metadata, error_kind, acc), hint templates, teacher rows and their alignment
     registration   register(): puts `grpo_composer` into verl's registry
 

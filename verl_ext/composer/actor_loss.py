@@ -61,6 +61,18 @@ SDPO_COLUMNS = ("sdpo_topk_log_probs", "sdpo_topk_ids", "sdpo_weight")
 DPO_COLUMNS = ("dpo_sign", "dpo_weight", "dpo_ref_logp", "dpo_partner_logratio")
 
 
+def update_means(metrics: dict) -> tuple[float, float | None]:
+    """(the batchmean SDPO JSD the update saw, 0.0 without site tokens; the mean DPO loss it saw, None without
+    pairs) from verl's reduced actor metrics, whose `actor/composer/*` sums (see the module docstring) are removed
+    from `metrics`."""
+    jsd_sum, jsd_tokens, dpo_sum, dpo_pairs = (
+        metrics.pop(f"actor/composer/{key}", None)
+        for key in ("sdpo_jsd_sum", "sdpo_tokens", "dpo_loss_sum", "dpo_pairs")
+    )
+    jsd = float(jsd_sum) / float(jsd_tokens) if jsd_tokens else 0.0
+    return jsd, (float(dpo_sum) / float(dpo_pairs) if dpo_pairs else None)
+
+
 def response_positions(offsets: torch.Tensor, prompt_lens: torch.Tensor, response_lens: torch.Tensor):
     """(row, column, packed position) of every response token of a packed micro-batch.
 

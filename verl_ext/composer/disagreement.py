@@ -16,17 +16,24 @@ A failed teacher (None) neither supports nor opposes anything. The chosen text i
 (trace id, step, rule, supporting teachers, every teacher's raw answer) and the step's prompt for training later.
 `PairWriter` appends one JSON line per pair and flushes; `PairReader` yields the pairs appended since its last read,
 so a later training step consumes them off the rollout's critical path.
+
+The trainer's side: `prompt_groups` turns a step's rows into one group per prompt (the teacher's query, with the
+student's responses), `step_records` turns a group's teacher answers into StepRecords (one per distinct student
+answer by `answer_key`, the last \\boxed{} content).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from verl_ext.reward.answer_extraction import last_boxed
 
 RULES = ("majority", "any_differs")
 
@@ -34,6 +41,11 @@ RULES = ("majority", "any_differs")
 def default_normalize(action: str) -> str:
     """Case- and whitespace-insensitive comparison of actions."""
     return re.sub(r"\s+", " ", action).strip().lower()
+
+
+def answer_key(text: str) -> str:
+    """Comparison key of an action: the last \\boxed{} content if any, else the whole text (normalised)."""
+    return default_normalize(last_boxed(text) or text)
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,53 @@ def pair_from_step(record: StepRecord, config: DisagreementConfig) -> DPOPair | 
 
 def extract_pairs(records, config: DisagreementConfig) -> list[DPOPair]:
     return [p for p in (pair_from_step(r, config) for r in records) if p is not None]
+
+
+@dataclass(frozen=True)
+class PromptGroup:
+    """One prompt of a step and its students' responses: what the teacher pool is asked, and what its answers are
+    compared with. trace_id: the first 16 hex digits of the SHA-1 of the messages as sorted-key JSON."""
+
+    trace_id: str
+    messages: list[dict]
+    ids: list[int]  # the prompt's token ids (unpadded)
+    responses: tuple[str, ...]
+
+
+def trace_id(messages: Sequence[Mapping]) -> str:
+    return hashlib.sha1(json.dumps([dict(m) for m in messages], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prompt_groups(
+    uids: Sequence, raw_prompts: Sequence, prompt_ids: Sequence[list[int]], responses: Sequence[str]
+) -> list[PromptGroup]:
+    """One group per uid, in the order the uids first appear; the prompt (messages, ids) is the group's first
+    row's, the responses all its rows' in order."""
+    first: dict[Any, int] = {}
+    texts: dict[Any, list[str]] = {}
+    for i, uid in enumerate(uids):
+        first.setdefault(uid, i)
+        texts.setdefault(uid, []).append(responses[i])
+    groups = []
+    for uid, i in first.items():
+        messages = [dict(m) for m in raw_prompts[i]]
+        groups.append(PromptGroup(trace_id(messages), messages, prompt_ids[i], tuple(texts[uid])))
+    return groups
+
+
+def step_records(group: PromptGroup, step: int, answers: Mapping[str, Any]) -> list[StepRecord]:
+    """The group's StepRecords for its teachers' answers (teacher name -> an answer with `.text`, or None when the
+    teacher failed): one per distinct student answer (answer_key), the first response giving it, in order."""
+    teacher_texts = {name: (a.text if a is not None else None) for name, a in answers.items()}
+    seen, records = set(), []
+    for text in group.responses:
+        key = answer_key(text)
+        if key in seen:
+            continue
+        seen.add(key)
+        prompt = {"messages": group.messages, "ids": group.ids}
+        records.append(StepRecord(group.trace_id, step, text, teacher_texts, prompt=prompt))
+    return records
 
 
 class PairWriter:

@@ -83,6 +83,19 @@ def compute_grpo_composer_advantage(
     return advantages, advantages
 
 
+def composer_advantages(batch, algo: Any, sdpo: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The estimator on a verl batch (a DataProto with token_level_rewards, response_mask, uid, and old_log_probs
+    when `sdpo` holds the sampled-token inputs sdpo_teacher_log_probs / sdpo_error_mask); `algo` is its config."""
+    extra = {} if sdpo is None else dict(sdpo, old_log_probs=batch.batch["old_log_probs"])
+    return compute_grpo_composer_advantage(
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=batch.batch["response_mask"],
+        index=batch.non_tensor_batch["uid"],
+        config=algo,
+        **extra,
+    )
+
+
 def _config_value(config: Any, key: str, default: Any) -> Any:
     """Read a key from a dict, OmegaConf DictConfig or verl dataclass config (all have .get), or None."""
     if config is None:

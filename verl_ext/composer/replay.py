@@ -15,11 +15,25 @@ this module lays the pairs out as rows verl's update accepts:
   data-parallel rank, and each rank walks its chunk in mini-batches. Putting each rank's share of the replay rows
   at the head of its chunk makes the replay rows the first mini-batch of the update on every rank: the policy is
   then still where the pairs were scored, so the DPO gradient is exact (see `dpo.dpo_row_losses`).
+
+And around them, one step's replay rows from its pairs: `pair_rows` (the rows to score, in verl's padded layout),
+`replay_block` (the scored rows' DPO loss before the update, its metrics and the block's columns), `update_batch`
+(the block and the step's rows as one update batch) and `grpo_pg_loss` (verl's per-mini-batch pg_loss without the
+replay mini-batch's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
+import numpy as np
 import torch
+from verl import DataProto
+
+from verl_ext.composer.actor_loss import DPO_COLUMNS, SDPO_COLUMNS
+from verl_ext.composer.disagreement import DPOPair
+from verl_ext.composer.dpo import dpo_loss, sequence_log_probs
+from verl_ext.composer.rows import pack_rows
 
 
 def fill_slots(n_items: int, n_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,3 +78,97 @@ def rows_first_per_rank(n_head: int, n_rest: int, n_ranks: int) -> torch.Tensor:
         order.append(torch.arange(r * head, (r + 1) * head))
         order.append(n_head + torch.arange(r * rest, (r + 1) * rest))
     return torch.cat(order)
+
+
+def pair_rows(pairs: Sequence[DPOPair], tokenizer, prompt_width: int, response_width: int) -> dict[str, torch.Tensor]:
+    """The pairs as rows chosen_0, rejected_0, chosen_1, ... in verl's padded layout with the batch's widths: the
+    pair's prompt ids (its last prompt_width) and the response text's tokens + EOS (its first response_width)."""
+    eos = tokenizer.eos_token_id
+    prefixes, responses = [], []
+    for pair in pairs:
+        for text in (pair.chosen, pair.rejected):
+            prefixes.append(pair.prompt["ids"][-prompt_width:])
+            responses.append((tokenizer.encode(text, add_special_tokens=False) + [eos])[:response_width])
+    return pack_rows(
+        prefixes, responses, tokenizer.pad_token_id, response_width=response_width, prefix_width=prompt_width
+    )
+
+
+def replay_block(
+    rows: dict[str, torch.Tensor],
+    policy: torch.Tensor,
+    ref: torch.Tensor,
+    *,
+    beta_dpo: float,
+    n_slots: int,
+    batch_keys: Iterable[str],
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """The replay block's columns and the channel's metrics, from `pair_rows` and their (2P, R) token log-probs
+    under the policy and the reference.
+
+    Metrics: loss/replay_dpo (the mean DPO loss before the update), replay/pairs_used and replay/<dpo metric>. The
+    block (2 * n_slots rows, `replay_columns`) carries the rows, old_log_probs = the policy's, zero advantages (the
+    DPO term is in the actor loss), and where the step's batch has them (`batch_keys`): ref_log_prob, and for the
+    rollout correction rollout_log_probs = the policy's and rollout_is_weights = 1 (not sampled by the rollout:
+    importance weight 1).
+    """
+    mask = rows["response_mask"]
+    seq_pol, seq_ref = sequence_log_probs(policy, mask), sequence_log_probs(ref, mask)
+    loss, dpo_metrics = dpo_loss(seq_pol[0::2], seq_pol[1::2], seq_ref[0::2], seq_ref[1::2], beta=beta_dpo)
+    metrics = {
+        "loss/replay_dpo": float(loss),
+        "replay/pairs_used": float(seq_pol.numel() // 2),
+        **{f"replay/{k.split('/', 1)[1]}": v for k, v in dpo_metrics.items()},
+    }
+    cols = replay_columns(seq_pol, seq_ref, n_slots)
+    row_index = cols.pop("row_index")
+    keys = set(batch_keys)
+    block = {k: v[row_index] for k, v in rows.items()}
+    block["old_log_probs"] = policy[row_index]
+    block["advantages"] = torch.zeros_like(block["old_log_probs"])
+    if "ref_log_prob" in keys:
+        block["ref_log_prob"] = ref[row_index]
+    if "rollout_log_probs" in keys:
+        block["rollout_log_probs"] = policy[row_index]
+    if "rollout_is_weights" in keys:
+        block["rollout_is_weights"] = torch.ones_like(block["old_log_probs"])
+    block.update(cols)
+    return block, metrics
+
+
+def update_batch(batch: DataProto, block: DataProto, n_ranks: int) -> DataProto:
+    """The actor-update batch: `block` (the replay rows) and the step's rows, each rank's chunk starting with its
+    share of the block (rows_first_per_rank). Only the columns the update reads are kept: the block's, and the SDPO
+    columns the step's rows carry. A column one side lacks is zero there if it is a loss-term column (the DPO
+    columns on the step's rows, the SDPO columns on the block), else a KeyError."""
+    keys = list(block.batch.keys()) + [k for k in SDPO_COLUMNS if k in batch.batch.keys()]
+    optional = {*DPO_COLUMNS, *SDPO_COLUMNS}
+    missing = [k for k in keys if k not in batch.batch.keys() and k not in optional]
+    if missing:
+        raise KeyError(f"the training batch lacks columns {missing} that the extra rows carry")
+
+    def column(side: DataProto, other: DataProto, key: str) -> torch.Tensor:
+        if key in side.batch.keys():
+            return side.batch[key]
+        like = other.batch[key]
+        return torch.zeros((len(side), *like.shape[1:]), dtype=like.dtype)
+
+    tensors = {}
+    for k in keys:
+        head, tail = column(block, batch, k), column(batch, block, k)
+        tensors[k] = torch.cat([head.to(tail.dtype), tail])
+    order = rows_first_per_rank(len(block), len(batch), n_ranks)
+    merged = DataProto.from_dict(tensors={k: v[order] for k, v in tensors.items()})
+    merged.meta_info = {k: v for k, v in batch.meta_info.items() if k != "global_token_num"}
+    merged.meta_info["global_token_num"] = merged.batch["attention_mask"].sum(-1).tolist()
+    return merged
+
+
+def grpo_pg_loss(pg_loss, n_rows: int, rows_per_minibatch: int) -> float | None:
+    """verl's per-mini-batch pg_loss of an update of n_rows whose first mini-batch of each epoch is the replay block
+    (zero advantages), averaged over the other mini-batches; None when it cannot be told apart (not a list, one
+    mini-batch per epoch, or a length that is not whole epochs)."""
+    per_epoch = n_rows // rows_per_minibatch
+    if isinstance(pg_loss, list) and per_epoch > 1 and len(pg_loss) % per_epoch == 0:
+        return float(np.mean([v for i, v in enumerate(pg_loss) if i % per_epoch]))
+    return None

@@ -76,3 +76,22 @@ def valid_tokens(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
         raise ValueError(f"ids {tuple(ids.shape)} and mask {tuple(mask.shape)} differ")
     keep = mask.bool()
     return [ids[i][keep[i]].tolist() for i in range(ids.shape[0])]
+
+
+def prompt_response_tokens(
+    prompts: torch.Tensor, responses: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Per row of a verl batch, its prompt's and its response's tokens without padding (`valid_tokens` on each side
+    of attention_mask, split at the prompt width)."""
+    width = prompts.shape[1]
+    return valid_tokens(prompts, attention_mask[:, :width]), valid_tokens(responses, attention_mask[:, width:])
+
+
+def pad_rows(tensors: dict[str, torch.Tensor], multiple: int) -> dict[str, torch.Tensor]:
+    """The rows padded to a multiple of `multiple` by repeating the last row (verl's dispatch splits a batch evenly
+    over its workers, and its engine needs whole micro-batches); unchanged if already a multiple."""
+    n = next(iter(tensors.values())).shape[0]
+    pad = (-n) % multiple
+    if not pad:
+        return tensors
+    return {k: torch.cat([v, v[-1:].expand(pad, *v.shape[1:])]) for k, v in tensors.items()}
