@@ -107,9 +107,6 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             )
         self._pending: list = []  # (Future, step, prompt groups) of teacher queries not yet turned into pairs
         self._pair_queue: deque[DPOPair] = deque()
-        # The step being trained, while train_on_batch runs: the base step calls `_advantages` and `_update_actor`
-        # with verl's arguments only, so the two hooks reach it here (and only they read it).
-        self._step: ComposerStep | None = None
 
     @property
     def full_logit_sdpo(self) -> bool:
@@ -149,12 +146,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             self._pair_queue = deque(DPOPair(**p) for p in replay["queue"])
 
     # ------------------------------------------------------------------ the step
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        step = self._step = ComposerStep(timing_raw)
-        try:
-            batch = super().train_on_batch(batch, metrics, timing_raw)
-        finally:
-            self._step = None
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
+        step = ComposerStep(timing_raw)  # the base step hands it to _advantages and _update_actor
+        batch = super().train_on_batch(batch, metrics, timing_raw, step)
         metrics.update(self._loss_metrics(step, metrics))
         return batch
 
@@ -174,10 +168,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         )
         return {**step.channel, "loss/grpo": grpo, "loss/total": total}
 
-    def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
+    def _advantages(self, batch: DataProto, metrics: dict, step: ComposerStep) -> DataProto:
         """Channel 1 with channel 2's term (the SDPO teacher pass first), then channel 3's teacher step: the replay
         rows need this step's reference log-probs and rollout correction, and the actor before its update."""
-        step = self._step
         step.channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0})
         sdpo = SdpoInputs(metrics={})
         if self.settings.sdpo_on:
@@ -197,8 +190,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             step.channel.update(teacher_metrics)
         return batch
 
-    def _update_actor(self, batch: DataProto) -> DataProto:
-        step = self._step
+    def _update_actor(self, batch: DataProto, step: ComposerStep | None = None) -> DataProto:
         if step is None or step.replay_block is None:
             return super()._update_actor(batch)
         merged = update_batch(batch, step.replay_block, self.actor_rollout_wg.world_size)

@@ -214,8 +214,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         if self.max_screen_staleness is not None:
             self.rescreened_prompts += rescreen_stale(self.controller, self.global_steps, self.max_screen_staleness)
 
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        batch = super().train_on_batch(batch, metrics, timing_raw)
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
+        batch = super().train_on_batch(batch, metrics, timing_raw, step)
         keys = batch.batch.keys()
         if VERSION_KEY in batch.non_tensor_batch and "rollout_log_probs" in keys and "old_log_probs" in keys:
             age = staleness(batch.non_tensor_batch[VERSION_KEY], self.global_steps)

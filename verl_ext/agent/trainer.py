@@ -185,7 +185,7 @@ class AgentEpisodesMixin:
         return None if status is None else np.asarray(status).astype(str) == "ok"
 
     # ------------------------------------------------------------------ per step
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
         if "agent_status" in batch.non_tensor_batch:
             ids, status, stale_n, m = apply_episode_outcomes(
                 batch, self.global_steps, self.agent_settings.max_staleness, enforce_staleness=self.agent_async
@@ -200,7 +200,7 @@ class AgentEpisodesMixin:
             if ledger is not None:  # before the update: a crash after it leaves the step in the ledger, as the log
                 ledger.record(self.global_steps, ids, list(status), list(stale_n), drift=drift)
             metrics.update(m)
-        return super().train_on_batch(batch, metrics, timing_raw)
+        return super().train_on_batch(batch, metrics, timing_raw, step)
 
     def fit(self):
         try:

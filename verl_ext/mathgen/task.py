@@ -229,37 +229,17 @@ def _draw_new(generate: Callable, module: tuple[str, str], seen: set[str], diffi
 
 
 def items_table(items: Sequence[Item], split: str):
-    """The rows in verl's RLHFDataset schema (the columns of ``data_preprocess/verl_schema.py``)."""
-    import pyarrow as pa
+    """The rows in verl's RLHFDataset schema (verl_ext/dataset/schema.py)."""
+    from verl_ext.dataset.schema import rl_table
 
-    n = len(items)
-    return pa.table(
-        {
-            "data_source": pa.array([data_source(it.module) for it in items], pa.string()),
-            "prompt": pa.array(
-                [prompt_messages(it.question) for it in items],
-                pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])),
-            ),
-            "ability": pa.array(["math"] * n, pa.string()),
-            "reward_model": pa.array(
-                [{"style": "rule", "ground_truth": it.answer} for it in items],
-                pa.struct([("style", pa.string()), ("ground_truth", pa.string())]),
-            ),
-            "extra_info": pa.array(
-                [
-                    {"split": split, "index": i, "module": module_name(it.module), "question": it.question}
-                    for i, it in enumerate(items)
-                ],
-                pa.struct(
-                    [
-                        ("split", pa.string()),
-                        ("index", pa.int64()),
-                        ("module", pa.string()),
-                        ("question", pa.string()),
-                    ]
-                ),
-            ),
-        }
+    return rl_table(
+        [data_source(it.module) for it in items],
+        [prompt_messages(it.question) for it in items],
+        [it.answer for it in items],
+        [
+            {"split": split, "index": i, "module": module_name(it.module), "question": it.question}
+            for i, it in enumerate(items)
+        ],
     )
 
 
@@ -273,13 +253,9 @@ def write_split(
     exclude: Iterable[str] = (),
 ) -> str:
     """Write one split (``sample_items`` as parquet) and return its path."""
-    import pyarrow.parquet as pq
+    from verl_ext.dataset.schema import write_table
 
-    table = items_table(sample_items(size, seed, difficulty, modules, exclude), split)
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    pq.write_table(table, path)
-    return path
+    return write_table(items_table(sample_items(size, seed, difficulty, modules, exclude), split), path)
 
 
 def split_seeds(seed: int) -> tuple[int, int]:

@@ -264,7 +264,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             metrics.update(calculate_debug_metrics(batch))
         return batch
 
-    def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
+    def _advantages(self, batch: DataProto, metrics: dict, step=None) -> DataProto:
         algo = self.config.algorithm
         if self.adv_config is None:
             return compute_advantage(
@@ -302,8 +302,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             self.sepa.observe(adv_metrics.get("adv/exec_u_var_before"), adv_metrics.get("adv/correct_rate"))
         return batch
 
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
-        """Reward -> old/ref log-probs -> values -> advantages -> critic/actor updates -> weight sync."""
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
+        """Reward -> old/ref log-probs -> values -> advantages -> critic/actor updates -> weight sync. `step` is a
+        recipe's own state for this step (the Composer's channels), handed to the two hooks a recipe overrides,
+        `_advantages` and `_update_actor`; None for the recipes that keep none."""
         cfg = self.config
         self._sleep_rollout()
         if "response_mask" not in batch.batch.keys():
@@ -331,14 +333,14 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             batch = self._rollout_correction(batch, metrics)
-            batch = self._advantages(batch, metrics)
+            batch = self._advantages(batch, metrics, step)
         if self.use_critic:
             with marked_timer("update_critic", timing_raw, color="pink"):
                 metrics.update(reduce_metrics(self._update_critic(batch).meta_info["metrics"]))
         # During critic warmup the actor is unchanged (sync_weights still wakes the replicas).
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
-                actor_output = self._update_actor(batch)
+                actor_output = self._update_actor(batch, step)
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         rollout_data_dir = cfg.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
@@ -382,7 +384,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         which makes verl's engine call the installed loss function as a logits processor)."""
         return {}
 
-    def _update_actor(self, batch: DataProto) -> DataProto:
+    def _update_actor(self, batch: DataProto, step=None) -> DataProto:
         with self._rollout_n_as_group_size(), self._with_update_flags(self.actor_update_flags()):
             return super()._update_actor(batch)
 
