@@ -45,9 +45,10 @@ def run(cmd: list[str], log_path: Path) -> list[tuple[float, str]]:
     """Run `cmd`, returning (seconds since start, line) for every line of its merged stdout/stderr."""
     start = time.perf_counter()
     lines = []
-    with open(log_path, "w") as log, subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    ) as proc:
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc,
+    ):
         for line in proc.stdout:
             t = time.perf_counter() - start
             lines.append((t, line.rstrip("\n")))
@@ -83,7 +84,9 @@ def report(found: list[tuple[str, float | None]], total: float, metrics: list[di
         keys = [k for k in STEP_TIMERS if any(f"timing_s/{k}" in m for m in metrics)]
         out += ["", "per step (verl's timers, s): " + " ".join(f"{k:>14}" for k in keys)]
         for m in metrics:
-            out.append(f"{'step ' + str(m['step']):<28} " + " ".join(f"{m.get(f'timing_s/{k}', 0.0):>14.1f}" for k in keys))
+            out.append(
+                f"{'step ' + str(m['step']):<28} " + " ".join(f"{m.get(f'timing_s/{k}', 0.0):>14.1f}" for k in keys)
+            )
     return "\n".join(out)
 
 

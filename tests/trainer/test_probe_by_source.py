@@ -59,7 +59,7 @@ def test_the_probe_returns_its_report_for_the_driver_to_print(tmp_path, capsys):
     probe.config = OmegaConf.create(
         {
             "probe": {"k": 4, "prompts_per_call": 2, "out_dir": str(tmp_path)},
-            "curriculum": {"n_continue": 0},
+            "curriculum": {"n_continue": 0, "filter_metric": "acc", "memory": {"key": "raw_prompt"}},
             "actor_rollout_ref": {"rollout": {"n": 4}, "model": {"path": "m"}},
             "data": {"train_files": "t", "train_batch_size": 2},
         }
