@@ -79,13 +79,18 @@ def test_plan_mask_metrics_and_teacher_rows(seed):
         assert packed["response_mask"][r].tolist() == shifted
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_full_logit_columns_match_a_loop(seed):
+def planned_step(seed):
+    """A random step's error sites, their plan and the packed teacher rows (skips a draw without sites)."""
     mask, rows = make_step(seed)
     if not rows:
         pytest.skip("no site drawn")
     plan = SdpoPlan.of(rows, mask)
-    packed = plan.teacher_rows(mask, PAD)
+    return mask, rows, plan, plan.teacher_rows(mask, PAD)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_full_logit_columns_match_a_loop(seed):
+    mask, rows, plan, packed = planned_step(seed)
     g = torch.Generator().manual_seed(seed)
     k, b, width = 3, *mask.shape
     lp = -torch.rand(len(rows), width, k, generator=g)
@@ -105,11 +110,7 @@ def test_full_logit_columns_match_a_loop(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_sampled_token_inputs_match_a_loop(seed):
-    mask, rows = make_step(seed)
-    if not rows:
-        pytest.skip("no site drawn")
-    plan = SdpoPlan.of(rows, mask)
-    packed = plan.teacher_rows(mask, PAD)
+    mask, rows, plan, packed = planned_step(seed)
     g = torch.Generator().manual_seed(100 + seed)
     old = -torch.rand(mask.shape, generator=g) * 3
     teacher_rows = -torch.rand(len(rows), mask.shape[1], generator=g) * 3
