@@ -123,7 +123,7 @@ def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
     # the driver's stdout, printed once, by the driver
     lines = r.stdout.splitlines()
     acc = val_accuracy(row)
-    assert any(line.startswith("step 1/1 ") and f"val acc {acc:.3f}" in line for line in lines), "the compact line"
+    assert any("step 1/1 |" in line and f"val acc {acc:.3f}" in line for line in lines), "the compact line"
     summary = lines[-3:]
     assert summary[0].startswith(f"[verl_ext] validation accuracy {acc:.3f} -> {acc:.3f} ("), lines[-20:]
     log, plot = str(tmp_path / "metrics.jsonl"), str(tmp_path / "metrics.png")
