@@ -4,9 +4,10 @@ Runs a driver (default: fast DAPO on its embedded tiny CPU default, `+preset=cpu
 training) as a subprocess, stamps every line of its output with the time it arrived, and reports the gaps between
 milestones verl and the project print on the way to step 1: interpreter and pre-flight, Ray start, the task runner,
 datasets, the FSDP workers (spawn, model load, FSDP wrap and optimizer), the vLLM server and agent-loop workers (the
-engine's init and the first weight sync end where verl's training progress bar appears), the validation before
-training, and the steps. Per step, verl's own timers from the run's metrics log (generation, old log-probs, update,
-weight sync). A milestone a run never printed is shown as missing rather than guessed.
+engine's init ends where the agent-loop workers start), the first weight sync and the validation before training,
+and the steps. Ray forwards a worker's lines in bursts, so a milestone is placed to within a second or two. Per
+step, verl's own timers from the run's metrics log (generation, old log-probs, update, weight sync). A milestone a
+run never printed is shown as missing rather than guessed.
 
 Usage: .venv/bin/python scripts/profile_startup.py [--out outputs/profile_startup] [--entry recipe.fast_dapo.main]
            [-- overrides...]         (e.g. `-- +preset=real_cpu` for the real model)
@@ -31,12 +32,12 @@ MILESTONES = [
     ("task runner actor up", r"TaskRunner pid="),
     ("datasets and dataloaders", r"Size of train dataloader"),
     ("FSDP worker process spawned", r"\(WorkerDict pid="),
-    ("model loaded (actor)", r"contains [\d.]+M parameters"),
+    ("model loaded (actor)", r"contains [\d.,]+[KMB]? parameters"),
     ("FSDP wrap, optimizer, reference", r"Total steps: \d+, num_warmup_steps"),
     ("vLLM server process spawned", r"\(vLLMHttpServer pid="),
-    ("vLLM engine init, agent workers, weight sync", r"Training Progress:\s+0%"),
-    ("validation before training", r"step 0/\d+"),
-    ("step 1", r"step 1/\d+"),
+    ("vLLM engine init; agent-loop workers spawned", r"\(AgentLoopWorker pid="),
+    ("first weight sync, validation before training", r"step +0/\d+"),
+    ("step 1", r"step +1/\d+ \|"),
 ]
 STEP_TIMERS = ["gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "testing", "step"]
 
