@@ -301,3 +301,24 @@ def test_cost_curves_leave_out_a_cost_key_no_run_logged(tmp_path, campaign, monk
     assert [ax.get_xlabel() for ax in saved[0].axes] == [f"training time (s) ({TIME})"]
     assert plot_cost_curves(no_tokens, VAL, {TOK: "generated tokens"}, tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists() and len(saved) == 1
+
+
+def test_default_target_key_is_the_pooled_accuracy_when_validation_has_several_sources(campaign):
+    """Validation over several data sources (the generated task's modules) logs one key per source and the pooled
+    `val-core/all/...`; the default target pattern matches them all and takes the pooled one. Without it, several
+    matches still need a named key."""
+    from verl_ext.campaign.report import DEFAULT_TARGET_KEY, _one_key
+    from verl_ext.metrics_log.console import VAL_ACC_ALL
+
+    for runs in campaign.values():
+        for recs in runs.values():
+            for r in recs:
+                if VAL in r:
+                    r[VAL_ACC_ALL] = r["val-core/other/acc/mean@1"] = r[VAL]
+    assert _one_key(DEFAULT_TARGET_KEY, campaign, required=True) == VAL_ACC_ALL
+    for runs in campaign.values():
+        for recs in runs.values():
+            for r in recs:
+                r.pop(VAL_ACC_ALL, None)
+    with pytest.raises(ValueError, match="name one"):
+        _one_key(DEFAULT_TARGET_KEY, campaign, required=True)

@@ -42,6 +42,7 @@ from verl_ext.campaign.summary import (
     speedup_markdown,
     speedup_table,
 )
+from verl_ext.metrics_log.console import VAL_ACC_ALL
 from verl_ext.metrics_log.jsonl import read_jsonl
 from verl_ext.metrics_log.plot import points_against, save_figure
 
@@ -189,6 +190,8 @@ def build_markdown(
 
 def _one_key(pattern: str, campaign: Campaign, required: bool) -> str | None:
     keys = expand_keys([pattern], campaign, required=required)
+    if len(keys) > 1 and VAL_ACC_ALL in keys:
+        return VAL_ACC_ALL  # validation over several data sources: the accuracy over all of them (console.py)
     if len(keys) > 1:
         raise ValueError(f"--target-key {pattern!r} matches {keys}: name one")
     return keys[0] if keys else None
