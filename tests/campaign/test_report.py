@@ -308,8 +308,8 @@ def test_default_target_key_is_the_pooled_accuracy_when_validation_has_several_s
     `val-core/all/...`; the default target pattern matches them all and takes the pooled one. Without it, several
     matches still need a named key."""
     from verl_ext.campaign.report import DEFAULT_TARGET_KEY, _one_key
-    from verl_ext.metrics_log.console import VAL_ACC_ALL
 
+    VAL_ACC_ALL = "val-core/all/acc/mean@1"
     for runs in campaign.values():
         for recs in runs.values():
             for r in recs:
@@ -322,3 +322,15 @@ def test_default_target_key_is_the_pooled_accuracy_when_validation_has_several_s
                 r.pop(VAL_ACC_ALL, None)
     with pytest.raises(ValueError, match="name one"):
         _one_key(DEFAULT_TARGET_KEY, campaign, required=True)
+
+
+def test_default_target_key_takes_sampled_validation(campaign):
+    """Validation sampled n times a question logs `mean@n`, not `mean@1`: the default keys find it."""
+    from verl_ext.campaign.report import DEFAULT_TARGET_KEY, _one_key
+
+    for runs in campaign.values():
+        for recs in runs.values():
+            for r in recs:
+                if VAL in r:
+                    r["val-core/all/acc/mean@4"] = r["val-core/other/acc/mean@4"] = r.pop(VAL)
+    assert _one_key(DEFAULT_TARGET_KEY, campaign, required=True) == "val-core/all/acc/mean@4"

@@ -56,3 +56,10 @@ def test_val_accuracy_prefers_the_pooled_accuracy_over_all_sources():
     per_source = {"val-core/mathgen/a/acc/mean@1": 0.1, "val-core/mathgen/b/acc/mean@1": 0.5}
     assert val_accuracy({**per_source, "val-core/all/acc/mean@1": 0.3}) == 0.3
     assert val_accuracy({**per_source, "val-core/all/acc/mean@1": float("nan")}) == 0.1  # not finite: first source
+
+
+def test_val_accuracy_reads_sampled_validation():
+    """Validation sampled n times a question (val_kwargs.n = 4) logs mean@4; best@4 and maj@4 are not the accuracy."""
+    sampled = {"val-core/all/acc/best@4/mean": 0.9, "val-core/all/acc/maj@4/mean": 0.7, "val-core/all/acc/mean@4": 0.4}
+    assert val_accuracy({**sampled, "val-core/mathgen/a/acc/mean@4": 0.2}) == 0.4
+    assert val_accuracy({"val-core/a/acc/maj@4/mean": 0.7, "val-core/a/acc/mean@4": 0.25}) == 0.25

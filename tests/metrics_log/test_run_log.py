@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_ext.metrics_log import read_jsonl
-from verl_ext.metrics_log.run_log import RunLog
+from verl_ext.metrics_log.run_log import RunLog, expand_plot_keys
 
 VAL = "val-core/toy/acc/mean@1"
 BASELINE = {"label": "constant answer", "value": 0.18}
@@ -67,6 +67,21 @@ def test_the_curves_are_drawn_when_asked_and_named_in_the_closing_lines(tmp_path
     failed = _run_log(tmp_path / "b", plot_keys=["critic/score/mean"])
     failed.open(step=0, total_steps=1)
     assert failed.close(plot=False)[-1].startswith("[verl_ext] metrics log:"), "a failed run draws no curves"
+
+
+def test_plot_keys_may_be_patterns(tmp_path):
+    logged = {"critic/score/mean", "val-core/all/acc/mean@4", "val-core/all/acc/maj@4/mean", "val-core/a/acc/mean@4"}
+    assert expand_plot_keys(["val-core/all/acc/mean@*", "critic/score/mean", "absent"], logged) == [
+        "val-core/all/acc/mean@4",
+        "critic/score/mean",
+    ]
+    assert expand_plot_keys(["val-core/*/acc/mean@*"], logged) == ["val-core/a/acc/mean@4", "val-core/all/acc/mean@4"]
+    pytest.importorskip("matplotlib")
+    log = _run_log(tmp_path, plot_keys=["val-core/*/acc/mean@*"], logger=["console"])
+    log.open(step=0, total_steps=1)
+    log.start_progress(0)
+    log.step(1, {"val-core/all/acc/mean@4": 0.5}, 1.0)
+    assert log.close(plot=True) == [f"[verl_ext] metric curves: {tmp_path / 'metrics.png'}"]
 
 
 def test_a_row_lost_after_its_checkpoint_is_written_on_resume(tmp_path, capsys):

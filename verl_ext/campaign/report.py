@@ -2,8 +2,8 @@
 the cost to reach a target accuracy, read from the runs' JSONL metric logs.
 
     .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
-        [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@1'] [--baseline grpo+none] \
-        [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@1'] [--bootstrap 10000] \
+        [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@*'] [--baseline grpo+none] \
+        [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@*'] [--bootstrap 10000] \
         [--speedup fast:plain fast:dapo]
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
@@ -21,6 +21,7 @@ The statistics are in verl_ext/campaign/summary.py and stats.py.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,18 +43,18 @@ from verl_ext.campaign.summary import (
     speedup_markdown,
     speedup_table,
 )
-from verl_ext.metrics_log.console import VAL_ACC_ALL
+from verl_ext.metrics_log.console import VAL_ACC_ALL_PATTERN, VAL_ACC_PATTERN
 from verl_ext.metrics_log.jsonl import read_jsonl
 from verl_ext.metrics_log.plot import points_against, save_figure
 
 DEFAULT_KEYS = [
     "critic/score/mean",  # train reward
-    "val-core/*/acc/mean@1",  # validation accuracy, one key per validation data source
+    VAL_ACC_PATTERN,  # validation accuracy (mean@n of n samples a question), one key per validation data source
     "curriculum/responses_per_training_group",
     "curriculum/keep_rate",
     "adv/sepa_lambda",
 ]
-DEFAULT_TARGET_KEY = "val-core/*/acc/mean@1"
+DEFAULT_TARGET_KEY = VAL_ACC_PATTERN
 DEFAULT_TARGET_FRAC = 0.9  # with neither --target nor --target-frac: this fraction of the best final value
 
 
@@ -190,8 +191,9 @@ def build_markdown(
 
 def _one_key(pattern: str, campaign: Campaign, required: bool) -> str | None:
     keys = expand_keys([pattern], campaign, required=required)
-    if len(keys) > 1 and VAL_ACC_ALL in keys:
-        return VAL_ACC_ALL  # validation over several data sources: the accuracy over all of them (console.py)
+    pooled = [k for k in keys if fnmatch.fnmatchcase(k, VAL_ACC_ALL_PATTERN)]
+    if len(keys) > 1 and len(pooled) == 1:
+        return pooled[0]  # validation over several data sources: the accuracy over all of them (console.py)
     if len(keys) > 1:
         raise ValueError(f"--target-key {pattern!r} matches {keys}: name one")
     return keys[0] if keys else None

@@ -14,11 +14,13 @@ import math
 from collections.abc import Mapping
 
 COMPACT_BACKEND = "compact"
-VAL_ACC_PATTERN = "val-core/*/acc/mean@1"
+# verl logs the mean accuracy of n validation samples per question as `mean@n` (n = val_kwargs.n: greedy runs log
+# mean@1, sampled validation e.g. mean@4).
+VAL_ACC_PATTERN = "val-core/*/acc/mean@*"
 # Validation over every data source together, logged when the validation set has several (verl logs one key per
 # data source only; verl_ext/trainer/ppo_trainer.py adds this one).
 ALL_SOURCES = "all"
-VAL_ACC_ALL = f"val-core/{ALL_SOURCES}/acc/mean@1"
+VAL_ACC_ALL_PATTERN = f"val-core/{ALL_SOURCES}/acc/mean@*"
 # (label, metric key, format) of the per-step line, in order; a metric the step did not log is left out.
 COLUMNS = (
     ("reward", "critic/score/mean", "{:.3f}"),
@@ -28,14 +30,12 @@ COLUMNS = (
 
 
 def val_accuracy(metrics: Mapping) -> float | None:
-    """The step's validation accuracy, if it validated: over all data sources (`VAL_ACC_ALL`) when logged, else the
-    first `val-core/*/acc/mean@1` key in sorted order (a validation set of one data source)."""
-    if _finite(metrics.get(VAL_ACC_ALL)):
-        return float(metrics[VAL_ACC_ALL])
-    for key in sorted(metrics):
-        v = metrics[key]
-        if fnmatch.fnmatchcase(key, VAL_ACC_PATTERN) and _finite(v):
-            return float(v)
+    """The step's validation accuracy, if it validated: over all data sources (`VAL_ACC_ALL_PATTERN`) when logged,
+    else the first `val-core/*/acc/mean@n` key in sorted order (a validation set of one data source)."""
+    for pattern in (VAL_ACC_ALL_PATTERN, VAL_ACC_PATTERN):
+        for key in sorted(metrics):
+            if fnmatch.fnmatchcase(key, pattern) and _finite(metrics[key]):
+                return float(metrics[key])
     return None
 
 

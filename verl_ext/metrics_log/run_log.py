@@ -20,6 +20,7 @@ driver process as the task's result and are printed there (verl_ext/trainer/laun
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 from pathlib import Path
 from pprint import pprint
 
@@ -160,8 +161,14 @@ class RunLog:
         """`trainer.plot_keys` of this run's JSONL log, as `<log stem>.png` next to it."""
         log = Path(self.jsonl_path)
         out = log.with_suffix(".png")
-        present = [k for k in self.plot_keys if any(k in r for r in read_jsonl(log))]
+        present = expand_plot_keys(self.plot_keys, set().union(*(r.keys() for r in read_jsonl(log))))
         baseline = self.val_baseline
         references = {str(baseline["label"]): float(baseline["value"])} if baseline else None
         plot_runs([log], present or self.plot_keys, out, labels=[self.experiment_name], references=references)
         return out
+
+
+def expand_plot_keys(plot_keys, logged) -> list[str]:
+    """The logged keys each of `plot_keys` names, in order; a key may be a pattern (`val-core/all/acc/mean@*`:
+    greedy validation logs mean@1, validation sampled n times a question mean@n)."""
+    return list(dict.fromkeys(k for p in plot_keys for k in sorted(logged) if fnmatch.fnmatchcase(k, p)))
