@@ -190,6 +190,9 @@ def test_speedup_is_the_paired_ratio_of_costs_and_counts_the_runs_that_never_rea
     assert row.censored_bound == "<=" and row.censored_ratio.n == 4
     assert row.censored_ratio.ratio == pytest.approx(np.mean([200.0] * 4) / np.mean(plain_costs + [900.0]))
     assert f"| <= {row.censored_ratio.ratio:.3f} [" in md and "(4 pairs) |" in md
+    assert "predicted" not in md
+    md = speedup_markdown(VAL, 0.5, "generated tokens", [row], predicted={("fast", "plain"): 0.75})
+    assert md.splitlines()[2].endswith("| predicted |") and md.splitlines()[-1].endswith("(4 pairs) | 0.750 |")
     with pytest.raises(KeyError, match="dapo"):
         speedup_table(campaign, VAL, 0.5, TOK, [("fast", "dapo")])
 
@@ -334,3 +337,21 @@ def test_default_target_key_takes_sampled_validation(campaign):
                 if VAL in r:
                     r["val-core/all/acc/mean@4"] = r["val-core/other/acc/mean@4"] = r.pop(VAL)
     assert _one_key(DEFAULT_TARGET_KEY, campaign, required=True) == "val-core/all/acc/mean@4"
+
+
+def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, campaign, capsys):
+    from verl_ext.campaign import report
+
+    (tmp_path / "spec.yaml").write_text(
+        "name: demo\nentry: fake_entry\nconditions: {base: [], fast: []}\nseeds: [0, 1, 2, 3]\n"
+    )
+    out = tmp_path / "out"
+    write_campaign_logs(out / "demo", campaign)
+    args = [str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25", "--speedup", "fast:base"]
+    assert report.main([*args, "--predicted", "fast:base=0.6"]) == 0
+    tables = [t for t in (out / "demo" / "report.md").read_text().split("\n\n") if "| fast / base |" in t]
+    assert len(tables) == 2 and all(t.splitlines()[-1].endswith("| 0.600 |") for t in tables)  # tokens, time
+    with pytest.raises(SystemExit, match="not one of the --speedup pairs"):
+        report.main([*args, "--predicted", "base:fast=0.6"])
+    with pytest.raises(SystemExit, match="COND:REF=RATIO"):
+        report.main([*args, "--predicted", "fast:base"])

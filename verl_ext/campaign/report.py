@@ -4,7 +4,7 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
     .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
         [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@*'] [--baseline grpo+none] \
         [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@*'] [--bootstrap 10000] \
-        [--speedup fast:plain fast:dapo]
+        [--speedup fast:plain fast:dapo] [--predicted fast:plain=0.75]
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
 std, against the training step), <out-root>/<name>/report_tokens.png (the target key against cumulative generated
@@ -174,6 +174,7 @@ def build_markdown(
     time_key: str,
     bootstrap: int = 0,
     speedups: Sequence[tuple[str, str]] = (),
+    predicted: Mapping[tuple[str, str], float] | None = None,
 ) -> str:
     parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
     if target_key is not None:
@@ -183,7 +184,7 @@ def build_markdown(
         for cost_key, label in costs.items():
             if speedups:
                 rows = speedup_table(campaign, target_key, goal, cost_key, speedups)
-                parts.append(speedup_markdown(target_key, goal, label, rows))
+                parts.append(speedup_markdown(target_key, goal, label, rows, predicted))
     elif speedups:
         raise ValueError("--speedup needs a target key (--target-key) that the runs logged")
     return "\n\n".join(parts) + "\n"
@@ -229,6 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="COND:REF",
         help="cost-to-target ratios of COND over REF, paired by seed, with bootstrap CIs (e.g. fast:plain fast:dapo)",
     )
+    p.add_argument(
+        "--predicted",
+        nargs="+",
+        default=[],
+        metavar="COND:REF=RATIO",
+        help="a cost ratio predicted before the runs (the pass-rate probe's, e.g. fast:plain=0.75), shown beside the "
+        "measured one of the same --speedup pair",
+    )
     p.add_argument("--png", help="default <out-root>/<name>/report.png")
     p.add_argument("--cost-png", help="default <out-root>/<name>/report_tokens.png")
     p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
@@ -252,6 +261,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for pair in speedups:
         if len(pair) != 2 or not set(pair) <= set(spec.conditions):
             raise SystemExit(f"--speedup {':'.join(pair)}: give COND:REF with conditions of {list(spec.conditions)}")
+    predicted = {}
+    for item in args.predicted:
+        pair, _, value = item.partition("=")
+        key = tuple(pair.split(":", 1))
+        try:
+            predicted[key] = float(value)
+        except ValueError:
+            raise SystemExit(f"--predicted {item}: give COND:REF=RATIO, e.g. fast:plain=0.75") from None
+        if key not in speedups:
+            raise SystemExit(f"--predicted {item}: {pair} is not one of the --speedup pairs {args.speedup}")
 
     md = build_markdown(
         campaign,
@@ -264,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.time_key,
         args.bootstrap,
         speedups,
+        predicted,
     )
     out_dir = Path(args.out_root) / spec.name
     seeds = sorted({s for runs in campaign.values() for s in runs})

@@ -333,24 +333,37 @@ def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels:
     return "\n".join(lines)
 
 
-def speedup_markdown(key: str, target: float, cost_label: str, rows: Sequence[SpeedupRow]) -> str:
+def speedup_markdown(
+    key: str,
+    target: float,
+    cost_label: str,
+    rows: Sequence[SpeedupRow],
+    predicted: Mapping[tuple[str, str], float] | None = None,
+) -> str:
+    """The ratio table; `predicted` ({(condition, reference): ratio}, e.g. the pass-rate probe's cost model) adds
+    a column of the ratio predicted before the runs."""
+    extra = " predicted |" if predicted else ""
     lines = [
         f"Cost ratio to reach `{key}` >= {target:.3f} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
         "condition is cheaper)",
         "",
         "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither | "
-        "censored runs at their total: bound [95% CI] |",
-        "|---|---|---|---|---|---|---|---|",
+        "censored runs at their total: bound [95% CI] |" + extra,
+        "|---|---|---|---|---|---|---|---|" + ("---|" if predicted else ""),
     ]
     for r in rows:
         bound = "-"
         if r.censored_ratio is not None:
             c = r.censored_ratio
             bound = f"{r.censored_bound} {_num(c.ratio)} {_ci(c)} ({c.n} pairs)"
-        lines.append(
+        line = (
             f"| {r.condition} / {r.reference} | {_num(r.ratio.ratio)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
             f"{r.only_condition} | {r.only_reference} | {r.neither} | {bound} |"
         )
+        if predicted:
+            value = predicted.get((r.condition, r.reference))
+            line += f" {_num(value) if value is not None else '-'} |"
+        lines.append(line)
     return "\n".join(lines)
 
 

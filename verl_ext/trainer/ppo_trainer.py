@@ -424,8 +424,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         return {}
 
     def fit(self):
-        self._start_run()
         val_only = bool(self.config.trainer.get("val_only", False))
+        self._start_run(val_only)
         self._first_validation(val_only)
         if val_only:
             self._close_run(plot=False)
@@ -454,9 +454,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         finally:
             self._close_run(plot=sys.exc_info()[0] is None)
 
-    def _start_run(self) -> None:
+    def _start_run(self, val_only: bool) -> None:
         """Everything before the first step: the tracker, the checkpoint to resume from, the rollout's weights,
-        verl's skip manager, the JSONL log, and the row a crash may have lost (`RunLog.recover_row`)."""
+        verl's skip manager, the JSONL log, and the row a crash may have lost (`RunLog.recover_row`; not under
+        val_only, which validates the checkpoint once and writes no training row)."""
         # Rollout dumps are written by verl's executor, shut down at the end of a run: a second fit() needs a new one.
         if self._dump_executor._shutdown:
             self._init_dump_executor()
@@ -467,7 +468,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._rollout_awake = True
         SkipManager.init(self.config)  # skip.rollout: verl's rollout dump/replay, keyed by the step set below
         self.run_log.open(self.global_steps, self.total_training_steps)
-        self.run_log.recover_row(self.global_steps, validate=self._validate)
+        if not val_only:
+            self.run_log.recover_row(self.global_steps, validate=self._validate)
 
     def _first_validation(self, val_only: bool) -> None:
         """Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint

@@ -118,7 +118,18 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     drawn += last["curriculum/prompts_awaiting_screening"]
     assert drawn % GEN_BATCH == 0 and drawn > PROMPTS
 
-    # 3) val_only on the finished run's checkpoint (step 4, whose row exists): validates and stops, the log unchanged
-    # (it used to try to log step 4 a second time and fail).
-    run_task_runner(ExtTaskRunner, _config([*_overrides(out, 4, 2), "trainer.val_only=true"]))
+    # 3) val_only on the finished run's checkpoint, into a directory of its own (how a checkpoint is evaluated):
+    # validates once and stops; its log holds that one row (the checkpoint's held training row is not "recovered"
+    # into it, with a second validation), the training run's log is unchanged.
+    evaluated = tmp_path / "eval"
+    val_only = [
+        *_overrides(evaluated, 4, 2),
+        "trainer.val_only=true",
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={out / 'global_step_4'}",
+    ]
+    run_task_runner(ExtTaskRunner, _config(val_only))
     assert read_jsonl(out / "metrics.jsonl") == rows
+    (only,) = read_jsonl(evaluated / "metrics.jsonl")
+    assert only["step"] == 4 and "training/row_recovered" not in only and "actor/pg_loss" not in only
+    assert math.isfinite(only["val-core/toy_copy_digit/acc/mean@1"])
