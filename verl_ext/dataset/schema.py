@@ -24,8 +24,11 @@ def rl_table(
     extra_info: Sequence[dict],
     ability: str = "math",
 ) -> pa.Table:
-    """One row per prompt; ``extra_info``'s struct type is inferred from its dicts (their keys, in order)."""
+    """One row per prompt; ``extra_info``'s struct type is inferred from its dicts (their keys, in order). No rows is
+    an error: an empty split would be written with untyped columns and fail later, in the trainer's dataset."""
     n = len(prompt)
+    if n == 0:
+        raise ValueError("rl_table: no rows to write (an empty split?)")
     if not len(data_source) == len(ground_truth) == len(extra_info) == n:
         raise ValueError("rl_table: data_source, prompt, ground_truth and extra_info must have one entry per row")
     strings = n > 0 and all(isinstance(p, str) for p in prompt)
