@@ -355,3 +355,22 @@ def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, cam
         report.main([*args, "--predicted", "base:fast=0.6"])
     with pytest.raises(SystemExit, match="COND:REF=RATIO"):
         report.main([*args, "--predicted", "fast:base"])
+
+
+def test_time_net_of_validation_subtracts_the_validations_run_so_far():
+    """Reference form: net time = training time - the sum of the validation times logged at steps 1..s; the
+    validation before training (step 0) is not in the training time and not subtracted."""
+    from verl_ext.campaign.summary import NET_TIME_KEY, VAL_TIME_KEY, add_time_net_of_validation
+
+    recs = [
+        {"step": 0, VAL_TIME_KEY: 9.0},
+        {"step": 2, TIME: 30.0, VAL_TIME_KEY: 5.0},
+        {"step": 1, TIME: 10.0},
+        {"step": 3, TIME: 45.0},
+        {"step": 4, VAL_TIME_KEY: 4.0},  # a row without its time (recovered): nothing derived
+        {"step": 5, TIME: 80.0},
+    ]
+    campaign = {"c": {0: recs}}
+    assert add_time_net_of_validation(campaign, TIME)
+    assert {r["step"]: r.get(NET_TIME_KEY) for r in recs} == {0: None, 1: 10.0, 2: 25.0, 3: 40.0, 4: None, 5: 71.0}
+    assert not add_time_net_of_validation({"c": {0: [{"step": 1, TIME: 3.0}]}}, TIME)

@@ -8,7 +8,8 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
 std, against the training step), <out-root>/<name>/report_tokens.png (the target key against cumulative generated
-tokens and against cumulative training time, the --tokens-key and --time-key of the cost table: per condition the
+tokens, against cumulative training time and, when the runs logged their validation time, against that time less the
+validations (the same in every condition; summary.add_time_net_of_validation), the cost table's keys: per condition the
 seeds' mean and +- one std on a common grid of the x the seeds all reached, each run's own points beside it, and the
 target as a dashed line; summary.cost_band says how) and <out-root>/<name>/report.md (also printed), ready to paste
 into a results page. Keys are fnmatch patterns; the default set is drawn for whichever of its keys the runs logged
@@ -28,9 +29,11 @@ from pathlib import Path
 
 from verl_ext.campaign.spec import CampaignSpec
 from verl_ext.campaign.summary import (
+    NET_TIME_KEY,
     TIME_KEY,
     TOKENS_KEY,
     Campaign,
+    add_time_net_of_validation,
     cost_band,
     cost_markdown,
     cost_table,
@@ -170,8 +173,7 @@ def build_markdown(
     target_key: str | None,
     target: float | None,
     target_frac: float | None,
-    tokens_key: str,
-    time_key: str,
+    costs: Mapping[str, str],
     bootstrap: int = 0,
     speedups: Sequence[tuple[str, str]] = (),
     predicted: Mapping[tuple[str, str], float] | None = None,
@@ -179,7 +181,6 @@ def build_markdown(
     parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
     if target_key is not None:
         goal = resolve_target(campaign, target_key, target, target_frac)
-        costs = {tokens_key: "generated tokens", time_key: "training time (s)"}
         parts.append(cost_markdown(target_key, goal, cost_table(campaign, target_key, goal, list(costs)), costs))
         for cost_key, label in costs.items():
             if speedups:
@@ -272,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if key not in speedups:
             raise SystemExit(f"--predicted {item}: {pair} is not one of the --speedup pairs {args.speedup}")
 
+    costs = {args.tokens_key: "generated tokens", args.time_key: "training time (s)"}
+    if add_time_net_of_validation(campaign, args.time_key):
+        costs[NET_TIME_KEY] = "training time net of validation (s)"
     md = build_markdown(
         campaign,
         keys,
@@ -279,8 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target_key,
         args.target,
         target_frac,
-        args.tokens_key,
-        args.time_key,
+        costs,
         args.bootstrap,
         speedups,
         predicted,
@@ -296,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cost_png = plot_cost_curves(
             campaign,
             target_key,
-            {args.tokens_key: "generated tokens", args.time_key: "training time (s)"},
+            costs,
             args.cost_png or out_dir / "report_tokens.png",
             target=goal,
             title=f"{spec.name}: mean ± std over seeds {seeds} (points: each run)",

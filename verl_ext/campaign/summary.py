@@ -204,6 +204,28 @@ class CostRow:
     costs: dict[str, Summary]  # over the runs that reached the target
 
 
+VAL_TIME_KEY = "timing_s/testing"  # a step's validation time (verl's timer), in the step's training time
+NET_TIME_KEY = "time/train_net_of_val_s"  # derived: training time less the validations during training
+
+
+def add_time_net_of_validation(campaign: Campaign, time_key: str = TIME_KEY) -> bool:
+    """Give every row that logged `time_key` a `NET_TIME_KEY`: the training time less the validations run so far
+    (the row's own included). The validations are the same in every condition of a campaign (same set, same
+    schedule), so they add a constant to each arm's cost at each validation and pull cost ratios towards 1; the net
+    time is what the conditions spend differently. False (nothing added) when no run logged validation time."""
+    if not any(_finite(r.get(VAL_TIME_KEY)) for runs in campaign.values() for recs in runs.values() for r in recs):
+        return False
+    for runs in campaign.values():
+        for recs in runs.values():
+            validating = 0.0
+            for r in sorted(recs, key=lambda r: r["step"]):
+                if r["step"] > 0 and _finite(r.get(VAL_TIME_KEY)):
+                    validating += float(r[VAL_TIME_KEY])
+                if _finite(r.get(time_key)):
+                    r[NET_TIME_KEY] = float(r[time_key]) - validating
+    return True
+
+
 def cost_table(campaign: Campaign, key: str, target: float, cost_keys: Sequence[str]) -> list[CostRow]:
     rows = []
     for cond, runs in campaign.items():
