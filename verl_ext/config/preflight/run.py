@@ -81,45 +81,55 @@ def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_d
         if hf_config:
             problems.run(check_context_length, cfg, hf_config)
     dataset_cls = problems.run(custom_dataset_class, cfg)
+    first_train = None
+    for key in ("data.train_files", "data.val_files"):
+        first = _check_data(cfg, key, dataset_cls, plan, problems, reward_reads_data)
+        first_train = first if key == "data.train_files" else first_train
+    if first_train is not None and tokenizer_dir:
+        _note_first_prompt(cfg, plan, problems, tokenizer_dir, first_train)
+
+
+def _check_data(cfg, key: str, dataset_cls, plan: Plan, problems: Problems, reward_reads_data: bool) -> list | None:
+    """One data key's files into `plan.data` (their rows checked against the batch sizes), their columns checked
+    when verl's dataset class reads them; for the train files, each file's first prompt checked and the first one's
+    chat messages returned."""
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     verl_format = dataset_cls is not None and isinstance(dataset_cls, type) and issubclass(dataset_cls, RLHFDataset)
     allow_string = dataset_cls is not None and accepts_string_prompts(dataset_cls)
     prompt_key = str(get(cfg, "data.prompt_key", "prompt"))
-    first_train = None
-    for key in ("data.train_files", "data.val_files"):
-        paths = problems.run(data_files, cfg, key) or []
-        rows = 0
-        for path in paths:
-            read = problems.run(read_data_file, key, path)
-            if read is None:
-                rows = None
-                continue
-            data, first, schema = read
-            plan.data.append(data)
-            if data.rows is None:
-                rows = None
-                continue
-            if rows is not None:
-                rows += data.rows
-            if not verl_format:  # a custom dataset class reads its own format
-                continue
-            problems.run(check_columns, key, data, first, schema, prompt_key, reward_reads_data)
-            if first is not None and prompt_key in first and key == "data.train_files":
-                messages = problems.run(chat_messages, key, first[prompt_key], allow_string)
-                if messages is not None and first_train is None:
-                    first_train = messages
-        if rows is not None and paths:
-            problems.run(enough_rows, cfg, key, rows)
-    if first_train is not None and tokenizer_dir:
-        tokens = problems.run(
-            prompt_tokens, tokenizer_dir, first_train, get(cfg, "actor_rollout_ref.model.custom_chat_template")
+    paths = problems.run(data_files, cfg, key) or []
+    rows, first_messages = 0, None
+    for path in paths:
+        read = problems.run(read_data_file, key, path)
+        if read is None:
+            rows = None
+            continue
+        data, first, schema = read
+        plan.data.append(data)
+        rows = None if rows is None or data.rows is None else rows + data.rows
+        if data.rows is None or not verl_format:  # a custom dataset class reads its own format
+            continue
+        problems.run(check_columns, key, data, first, schema, prompt_key, reward_reads_data)
+        if first is not None and prompt_key in first and key == "data.train_files":
+            messages = problems.run(chat_messages, key, first[prompt_key], allow_string)
+            first_messages = first_messages if first_messages is not None else messages
+    if rows is not None and paths:
+        problems.run(enough_rows, cfg, key, rows)
+    return first_messages
+
+
+def _note_first_prompt(cfg, plan: Plan, problems: Problems, tokenizer_dir, messages: list) -> None:
+    """The first train prompt's length in tokens into the plan, and a note if verl would truncate it."""
+    tokens = problems.run(
+        prompt_tokens, tokenizer_dir, messages, get(cfg, "actor_rollout_ref.model.custom_chat_template")
+    )
+    if tokens is None:
+        return
+    limit = get(cfg, "data.max_prompt_length")
+    plan.first_prompt = f"{tokens} tokens (data.max_prompt_length {limit})"
+    if isinstance(limit, int) and tokens > limit:
+        plan.notes.append(
+            f"the first train prompt has {tokens} tokens > data.max_prompt_length={limit}: verl left-"
+            "truncates such prompts (or drops them with data.filter_overlong_prompts=true)"
         )
-        if tokens is not None:
-            limit = get(cfg, "data.max_prompt_length")
-            plan.first_prompt = f"{tokens} tokens (data.max_prompt_length {limit})"
-            if isinstance(limit, int) and tokens > limit:
-                plan.notes.append(
-                    f"the first train prompt has {tokens} tokens > data.max_prompt_length={limit}: verl left-"
-                    "truncates such prompts (or drops them with data.filter_overlong_prompts=true)"
-                )
