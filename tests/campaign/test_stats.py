@@ -51,6 +51,7 @@ def test_bootstrap_diff_interval_is_reproducible_and_bounded():
     # between the extreme possible differences, around the observed one
     assert min(a) - max(b) <= lo <= np.mean(a) - np.mean(b) <= hi <= max(a) - min(b)
     assert math.isnan(bootstrap_diff_ci([], b)[0])
+    assert math.isnan(bootstrap_diff_ci([0.3], b)[1]), "one run: no interval (scipy needs two)"
 
 
 def test_bootstrap_diff_interval_covers_the_true_difference_about_as_often_as_it_says():

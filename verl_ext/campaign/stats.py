@@ -62,12 +62,12 @@ def bootstrap_diff_ci(
     a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of mean(a) - mean(b), the groups resampled independently; (nan, nan) if either group
-    is empty. Reproducible for a given seed."""
+    has fewer than two runs (one run resampled is itself: no interval). Reproducible for a given seed."""
     from scipy import stats
 
     _check_bootstrap(n_boot, level)
     xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if xa.size == 0 or xb.size == 0:
+    if xa.size < 2 or xb.size < 2:
         return math.nan, math.nan
     r = stats.bootstrap(
         (xa, xb),
