@@ -1,7 +1,8 @@
 """A generated math task (DeepMind's ``mathematics_dataset``) sized for a small pretrained instruct model.
 
 - ``task``: the modules, the difficulty knob, verl parquet splits, the constant-answer baseline, a CLI
-  (``python -m verl_ext.mathgen.task OUT_DIR``); docs/MATHGEN.md.
+  (``python -m verl_ext.mathgen.task OUT_DIR``), ``TaskSpec`` (the parameters); docs/MATHGEN.md.
+- ``cache``: ``ensure_task(TaskSpec)``, the task written once per parameter set into the project cache.
 - ``compat``: the shims that let mathematics-dataset 1.0.1 import and generate reproducibly with current sympy,
   each with a probe that says when it can go.
 """

@@ -50,12 +50,14 @@ baselines. Output is identical for identical arguments (in any process: see ``co
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -101,6 +103,24 @@ BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium
 MIN_ENTROPY = 1.0  # the generator's own per-number floor (see the module docstring)
 MAX_DRAWS_PER_ROW = 1000  # draws for one new distinct question before giving up on a module
 _TUPLE_ANSWERS = frozenset({("comparison", "sort")})
+DATA_VERSION = 1  # bump when the rows change for the same parameters (prompt, instruction, answer format)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The generated task's parameters: the defaults of the ``${mathgen:...}`` resolver, ``cache.ensure_task`` and
+    this module's CLI."""
+
+    train_size: int = 2048  # training rows
+    val_size: int = 144  # validation rows (disjoint questions): 16 per module of the "all" mix
+    seed: int = 0  # train rows from seed 2*seed, validation from 2*seed + 1
+    difficulty: float = DEFAULT_DIFFICULTY  # the entropy band, in [-1, 1]; 0 = the generator's train-easy
+    mix: str = "all"  # which modules: a name of MIXES
+
+    def key(self) -> str:
+        """A hash of every parameter and DATA_VERSION: the cache directory's name."""
+        params = {**asdict(self), "data_version": DATA_VERSION}
+        return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -315,8 +335,6 @@ def module_counts(path) -> Counter:
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
     from dataclasses import fields
-
-    from verl_ext.mathgen.cache import TaskSpec
 
     defaults = {f.name: f.default for f in fields(TaskSpec)}
     p = argparse.ArgumentParser(description="Write the mathgen task (train.parquet, val.parquet) to OUT_DIR.")

@@ -28,8 +28,8 @@ def _mathgen(what: str, mix: str = "all") -> str | float:
     """`${mathgen:train|val|root|baseline[,MIX]}`: the generated math task at its default parameters, all modules or
     a named mix (verl_ext.mathgen.task.MIXES), written on first use; baseline is the best constant answer's accuracy
     on the validation split."""
-    from verl_ext.mathgen.cache import TaskSpec, ensure_task
-    from verl_ext.mathgen.task import constant_answer_baseline
+    from verl_ext.mathgen.cache import ensure_task
+    from verl_ext.mathgen.task import TaskSpec, constant_answer_baseline
 
     choices = ("train", "val", "root", "baseline")
     if what not in choices:
