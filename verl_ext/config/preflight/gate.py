@@ -68,10 +68,8 @@ def gate(what: str, cfg: DictConfig, check: Callable[[DictConfig], Plan]) -> boo
 def check_composed(what: str, check: Callable[..., Plan], cfg: DictConfig, files: str = "full") -> Plan:
     """A driver's `check(cfg, files=...)` on a composed config (left unchanged: the check runs on a resolved copy).
     What a cluster job submission and a campaign run before anything is queued; `what` names the run in the error
-    (the recipe). The caller hands in the check: the driver module it was given has it."""
-    from verl_ext.trainer.launch import register_lazy_resolvers
-
-    register_lazy_resolvers()
+    (the recipe). The caller hands in the check: the driver module it was given has it, and importing that module
+    registered the resolvers its presets use (`${smollm2:...}`, ...)."""
     probe = copy.deepcopy(cfg)
     try:
         OmegaConf.resolve(probe)
