@@ -374,3 +374,19 @@ def test_time_net_of_validation_subtracts_the_validations_run_so_far():
     assert add_time_net_of_validation(campaign, TIME)
     assert {r["step"]: r.get(NET_TIME_KEY) for r in recs} == {0: None, 1: 10.0, 2: 25.0, 3: 40.0, 4: None, 5: 71.0}
     assert not add_time_net_of_validation({"c": {0: [{"step": 1, TIME: 3.0}]}}, TIME)
+
+
+def test_informative_groups_are_the_running_sum_of_mixed_groups_trained():
+    """Reference form: at step s, sum over steps 1..s of train_batch_groups * train_groups_mixed_frac; a row without
+    a training batch (the validation before training) gets nothing."""
+    from verl_ext.campaign.summary import GROUPS_KEY, INFORMATIVE_KEY, MIXED_FRAC_KEY, add_informative_groups
+
+    recs = [
+        {"step": 2, GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 0.5},
+        {"step": 0, "val-core/all/acc/mean@1": 0.1},
+        {"step": 1, GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 0.25},
+        {"step": 3, GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 1.0},
+    ]
+    assert add_informative_groups({"plain": {0: recs}})
+    assert {r["step"]: r.get(INFORMATIVE_KEY) for r in recs} == {0: None, 1: 1.0, 2: 3.0, 3: 7.0}
+    assert not add_informative_groups({"c": {0: [{"step": 1, GROUPS_KEY: 4.0}]}})

@@ -9,9 +9,10 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
 std, against the training step), <out-root>/<name>/report_tokens.png (the target key against cumulative generated
 tokens, against cumulative training time and, when the runs logged their validation time, against that time less the
-validations (the same in every condition; summary.add_time_net_of_validation), the cost table's keys: per condition the
-seeds' mean and +- one std on a common grid of the x the seeds all reached, each run's own points beside it, and the
-target as a dashed line; summary.cost_band says how) and <out-root>/<name>/report.md (also printed), ready to paste
+validations (the same in every condition; summary.add_time_net_of_validation) and, when the runs logged their training
+batches' mixed fraction, against the informative groups trained (summary.add_informative_groups), the cost table's
+keys: per condition the seeds' mean and +- one std on a common grid of the x the seeds all reached, each run's own
+points beside it, and the target as a dashed line; summary.cost_band says how) and <out-root>/<name>/report.md (also printed), ready to paste
 into a results page. Keys are fnmatch patterns; the default set is drawn for whichever of its keys the runs logged
 (train reward, validation accuracy, responses per training group, keep rate, SEPA lambda); an explicit --keys
 pattern that matches nothing is an error. The baseline is the spec's first condition unless --baseline is given.
@@ -29,10 +30,12 @@ from pathlib import Path
 
 from verl_ext.campaign.spec import CampaignSpec
 from verl_ext.campaign.summary import (
+    INFORMATIVE_KEY,
     NET_TIME_KEY,
     TIME_KEY,
     TOKENS_KEY,
     Campaign,
+    add_informative_groups,
     add_time_net_of_validation,
     cost_band,
     cost_markdown,
@@ -276,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     costs = {args.tokens_key: "generated tokens", args.time_key: "training time (s)"}
     if add_time_net_of_validation(campaign, args.time_key):
         costs[NET_TIME_KEY] = "training time net of validation (s)"
+    if add_informative_groups(campaign):
+        costs[INFORMATIVE_KEY] = "informative groups trained"
     md = build_markdown(
         campaign,
         keys,

@@ -226,6 +226,29 @@ def add_time_net_of_validation(campaign: Campaign, time_key: str = TIME_KEY) -> 
     return True
 
 
+INFORMATIVE_KEY = "curriculum/informative_groups_trained"  # derived: mixed groups trained on so far
+GROUPS_KEY = "curriculum/train_batch_groups"  # groups in a step's training batch
+MIXED_FRAC_KEY = "curriculum/train_groups_mixed_frac"  # the fraction of them whose rewards were not all equal
+
+
+def add_informative_groups(campaign: Campaign) -> bool:
+    """Give every row that logged a training batch an `INFORMATIVE_KEY`: the groups with a mixed reward (the only
+    ones with a non-zero group-relative advantage) trained on up to and including the row's step. The arms differ in
+    what a step holds (plain trains every group it drew, dapo and fast only mixed ones), so accuracy against this count
+    asks whether progress follows the informative groups, the unit the cost model prices (responses per informative
+    group, docs/ALGORITHMS.md section 5). False (nothing added) when no run logged both keys."""
+    found = False
+    for runs in campaign.values():
+        for recs in runs.values():
+            trained = 0.0
+            for r in sorted(recs, key=lambda r: r["step"]):
+                if _finite(r.get(GROUPS_KEY)) and _finite(r.get(MIXED_FRAC_KEY)):
+                    trained += float(r[GROUPS_KEY]) * float(r[MIXED_FRAC_KEY])
+                    r[INFORMATIVE_KEY] = trained
+                    found = True
+    return found
+
+
 def cost_table(campaign: Campaign, key: str, target: float, cost_keys: Sequence[str]) -> list[CostRow]:
     rows = []
     for cond, runs in campaign.items():
