@@ -12,11 +12,11 @@ tokens, against cumulative training time and, when the runs logged their validat
 validations (the same in every condition; summary.add_time_net_of_validation) and, when the runs logged their training
 batches' mixed fraction, against the informative groups trained (summary.add_informative_groups), the cost table's
 keys: per condition the seeds' mean and +- one std on a common grid of the x the seeds all reached, each run's own
-points beside it, and the target as a dashed line; summary.cost_band says how) and <out-root>/<name>/report.md (also printed), ready to paste
-into a results page. Keys are fnmatch patterns; the default set is drawn for whichever of its keys the runs logged
-(train reward, validation accuracy, responses per training group, keep rate, SEPA lambda); an explicit --keys
-pattern that matches nothing is an error. The baseline is the spec's first condition unless --baseline is given.
-Runs without a metrics log yet are listed and left out.
+points beside it, and the target as a dashed line; summary.cost_band says how) and <out-root>/<name>/report.md (also
+printed), ready to paste into a results page. Keys are fnmatch patterns; the default set is drawn for whichever of
+its keys the runs logged (train reward, validation accuracy, responses per training group, keep rate, SEPA lambda);
+an explicit --keys pattern that matches nothing is an error. The baseline is the spec's first condition unless
+--baseline is given. Runs without a metrics log yet are listed and left out.
 The statistics are in verl_ext/campaign/summary.py and stats.py.
 """
 
