@@ -88,6 +88,24 @@ def test_final_table_against_scipy(campaign):
         final_table(campaign, VAL, "nope")
 
 
+def test_table_at_a_step_compares_arms_step_for_step():
+    """Arms that ran different numbers of steps: the final table compares base's step 10 with fast's step 5, the
+    table at step 5 compares step 5 with step 5 (scipy as reference); a step nobody validated at has no values."""
+    campaign = {
+        "base": {s: synthetic_run(0.02, s) for s in (0, 1, 2)},
+        "fast": {s: synthetic_run(0.03, s, steps=5) for s in (0, 1, 2)},
+    }
+    final = {r.condition: r for r in final_table(campaign, VAL, "base")}
+    assert final["fast"].diff == pytest.approx((0.1 + 0.15) - (0.1 + 0.2))  # fast behind at its own end
+    at5 = {r.condition: r for r in final_table(campaign, VAL, "base", step=5)}
+    base5 = [0.1 + 0.1 + 0.01 * s for s in (0, 1, 2)]
+    fast5 = [0.1 + 0.15 + 0.01 * s for s in (0, 1, 2)]
+    assert at5["base"].summary.mean == pytest.approx(np.mean(base5)) and at5["base"].summary.n == 3
+    assert at5["fast"].diff == pytest.approx(0.05)  # ahead step for step
+    assert at5["fast"].p == pytest.approx(stats.ttest_ind(fast5, base5, equal_var=False).pvalue, rel=1e-9)
+    assert all(r.summary.n == 0 for r in final_table(campaign, VAL, "base", step=3))
+
+
 def test_first_reach_costs(campaign):
     # base seed 1: val 0.11 (step 0), 0.21 (5), 0.31 (10). Target 0.2 -> step 5, 5000 * 2 tokens, 10 s.
     hit = first_reach(campaign["base"][1], VAL, 0.2, [TOK, TIME])
@@ -355,6 +373,10 @@ def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, cam
         report.main([*args, "--predicted", "base:fast=0.6"])
     with pytest.raises(SystemExit, match="COND:REF=RATIO"):
         report.main([*args, "--predicted", "fast:base"])
+    assert report.main([*args, "--at-step", "5", "7"]) == 0
+    md = (out / "demo" / "report.md").read_text()
+    assert f"`{VAL}` at step 5" in md and f"`{VAL}` at step 7" not in md  # 7: off the validation grid
+    assert "`critic/score/mean` at step 7" in md  # logged every step
 
 
 def test_time_net_of_validation_subtracts_the_validations_run_so_far():

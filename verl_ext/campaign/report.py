@@ -180,8 +180,14 @@ def build_markdown(
     bootstrap: int = 0,
     speedups: Sequence[tuple[str, str]] = (),
     predicted: Mapping[tuple[str, str], float] | None = None,
+    at_steps: Sequence[int] = (),
 ) -> str:
     parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
+    for step in at_steps:
+        for k in keys:
+            rows = [r for r in final_table(campaign, k, baseline, bootstrap, step=step) if r.summary.n]
+            if rows:  # no table for a key nobody logged at that step (validation off the test_freq grid)
+                parts.append(final_markdown(k, rows, baseline, step=step))
     if target_key is not None:
         goal = resolve_target(campaign, target_key, target, target_frac)
         parts.append(cost_markdown(target_key, goal, cost_table(campaign, target_key, goal, list(costs)), costs))
@@ -242,6 +248,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a cost ratio predicted before the runs (the pass-rate probe's, e.g. fast:plain=0.75), shown beside the "
         "measured one of the same --speedup pair",
     )
+    p.add_argument(
+        "--at-step",
+        nargs="+",
+        type=int,
+        default=[],
+        metavar="STEP",
+        help="also tabulate the keys at these steps (arms that ran different numbers of steps, compared step for "
+        "step; a key not logged at a step, such as validation off the test_freq grid, has no row there)",
+    )
     p.add_argument("--png", help="default <out-root>/<name>/report.png")
     p.add_argument("--cost-png", help="default <out-root>/<name>/report_tokens.png")
     p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
@@ -292,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.bootstrap,
         speedups,
         predicted,
+        args.at_step,
     )
     out_dir = Path(args.out_root) / spec.name
     seeds = sorted({s for runs in campaign.values() for s in runs})

@@ -4,7 +4,9 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
 
 - Seed band of a key: at every step any seed logged it, the mean over the seeds that did, their sample std (ddof 1,
   0 for a single seed) and how many they were. Sparse keys (validation every test_freq steps) stay sparse.
-- Final value of a run: the key's last finite value (for validation metrics that is the last evaluation).
+- Final value of a run: the key's last finite value (for validation metrics that is the last evaluation). The same
+  table at a given step (each run's value logged at exactly that step) compares arms that ran different numbers of
+  steps at equal steps: whether a step of one arm is worth more than a step of another.
 - Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition, and
   Welch's two-sided p-value (and optionally a bootstrap CI of the difference): verl_ext/campaign/stats.py.
 - Cost to reach a target: the first step at which a run's target metric (validation accuracy) is >= target, and the
@@ -92,9 +94,10 @@ def seed_band(runs: Mapping[int, Records], key: str) -> Band:
     return Band(steps, [s.mean for s in stats], [0.0 if s.n < 2 else s.std for s in stats], [s.n for s in stats])
 
 
-def final_value(records: Records, key: str) -> float | None:
+def final_value(records: Records, key: str, step: int | None = None) -> float | None:
+    """The key's last finite value, or with ``step`` its value logged at exactly that step (None if not logged)."""
     for r in sorted(records, key=lambda r: r["step"], reverse=True):
-        if _finite(r.get(key)):
+        if (step is None or r["step"] == step) and _finite(r.get(key)):
             return float(r[key])
     return None
 
@@ -108,11 +111,16 @@ class FinalRow:
     ci: tuple[float, float] | None  # bootstrap CI of diff, when asked for
 
 
-def final_table(campaign: Campaign, key: str, baseline: str, bootstrap: int = 0, level: float = 0.95) -> list[FinalRow]:
+def final_table(
+    campaign: Campaign, key: str, baseline: str, bootstrap: int = 0, level: float = 0.95, step: int | None = None
+) -> list[FinalRow]:
+    """Per condition the runs' final values of ``key`` (with ``step``: their values at that step) against the
+    baseline's: mean, std, difference, Welch p and optionally a bootstrap CI of the difference."""
     if baseline not in campaign:
         raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
     finals = {
-        c: [v for recs in runs.values() if (v := final_value(recs, key)) is not None] for c, runs in campaign.items()
+        c: [v for recs in runs.values() if (v := final_value(recs, key, step)) is not None]
+        for c, runs in campaign.items()
     }
     base = finals[baseline]
     base_mean = summarize(base).mean
@@ -343,12 +351,15 @@ def _mean_std(s: Summary) -> str:
     return _num(s.mean) if s.n < 2 else f"{_num(s.mean)} ± {_num(s.std)}"
 
 
-def final_markdown(key: str, rows: Sequence[FinalRow], baseline: str, level: float = 0.95) -> str:
+def final_markdown(
+    key: str, rows: Sequence[FinalRow], baseline: str, level: float = 0.95, step: int | None = None
+) -> str:
     with_ci = any(r.ci is not None for r in rows)
     head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
     if with_ci:
         head.append(f"{level:.0%} CI of Δ (bootstrap)")
-    lines = [f"Final `{key}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
+    lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [
             r.condition + (" (baseline)" if r.condition == baseline else ""),
