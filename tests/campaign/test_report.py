@@ -377,6 +377,11 @@ def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, cam
     md = (out / "demo" / "report.md").read_text()
     assert f"`{VAL}` at step 5" in md and f"`{VAL}` at step 7" not in md  # 7: off the validation grid
     assert "`critic/score/mean` at step 7" in md  # logged every step
+    assert report.main([*args, "--seeds", "0"]) == 0  # seed 0 alone: one run a condition
+    finals = (out / "demo" / "report.md").read_text().split(f"Final `{VAL}`")[1].split("\n\n")[1]
+    assert "| base (baseline) | 1 |" in finals and "| fast | 1 |" in finals
+    with pytest.raises(SystemExit, match="--seeds"):
+        report.main([*args, "--seeds", "9"])
 
 
 def test_time_net_of_validation_subtracts_the_validations_run_so_far():

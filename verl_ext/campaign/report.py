@@ -65,13 +65,17 @@ DEFAULT_TARGET_FRAC = 0.9  # with neither --target nor --target-frac: this fract
 
 
 def load_campaign(
-    spec: CampaignSpec, out_root: str | Path, only: Sequence[str] | None = None
+    spec: CampaignSpec,
+    out_root: str | Path,
+    only: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> tuple[Campaign, list[str]]:
-    """{condition: {seed: records}} of the runs that have a metrics log, and the labels of those that have none."""
+    """{condition: {seed: records}} of the runs that have a metrics log, and the labels of those that have none
+    (``only`` / ``seeds``: just those conditions / seeds)."""
     campaign: dict[str, dict[int, list[dict]]] = {}
     missing = []
     for run in spec.runs(out_root):
-        if only and run.condition not in only:
+        if (only and run.condition not in only) or (seeds and run.seed not in seeds):
             continue
         records = read_jsonl(run.metrics_path)
         if records:
@@ -217,6 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("spec")
     p.add_argument("--out-root", default="outputs/campaign")
     p.add_argument("--only", nargs="+", help="conditions to report (default: all)")
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        help="seeds to report (default: all): while a campaign runs, the seeds every condition has finished, so a "
+        "run still in progress is not read as a short one",
+    )
     p.add_argument("--keys", nargs="+", help="metric keys / fnmatch patterns (default: the standard set, as logged)")
     p.add_argument("--baseline", help="condition the others are tested against (default: the spec's first)")
     p.add_argument(
@@ -265,10 +276,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = CampaignSpec.from_yaml(args.spec)
     if args.only and set(args.only) - set(spec.conditions):
         raise SystemExit(f"--only: unknown conditions {sorted(set(args.only) - set(spec.conditions))}")
+    if args.seeds and set(args.seeds) - set(spec.seeds):
+        raise SystemExit(f"--seeds: {sorted(set(args.seeds) - set(spec.seeds))} not among the spec's {spec.seeds}")
     baseline = args.baseline or next(c for c in spec.conditions if not args.only or c in args.only)
     if baseline not in spec.conditions:
         raise SystemExit(f"--baseline {baseline!r} is not a condition of the spec: {list(spec.conditions)}")
-    campaign, missing = load_campaign(spec, args.out_root, args.only)
+    campaign, missing = load_campaign(spec, args.out_root, args.only, args.seeds)
     if baseline not in campaign:
         raise SystemExit(f"the baseline {baseline!r} has no run with a metrics log yet")
     keys = expand_keys(args.keys or DEFAULT_KEYS, campaign, required=bool(args.keys))
