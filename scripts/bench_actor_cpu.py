@@ -1,4 +1,14 @@
-"""Benchmark: verl's actor passes on the CPU backend against plain torch on the same rows, as a ratio.
+"""Benchmark: verl's actor passes on the CPU backend: shared-prefix against unshared, and against plain torch.
+
+`--shared-prefix` (the comparison for docs/REAL_MODEL.md "Where the actor's time goes"): runs fast DAPO on the real
+model twice in one sitting, `actor.use_prefix_grouper=false` then `=true`, with the same overrides, and prints each
+run's per-step timers (generation, old log-probs, actor update, step) and the medians' ratios; then replays the first
+run's training rows through verl's engine step (`forward_step`, the project's two seams included) in this process,
+unshared and shared, in the run's micro-batches (update: forward + backward; log-probs: no-grad forward), so the
+two settings are also timed on identical rows. Targets (issue: shared-prefix passes): update + old log-probs >= 2.5x
+faster, a step end to end <= 0.5x.
+
+Without `--shared-prefix`: verl's actor passes against plain torch on the same rows, as a ratio.
 
 Runs fast DAPO on the real model (`+preset=real_cpu`: SmolLM2-135M-Instruct, vLLM-CPU rollout, FSDP2 actor) for a
 few steps with the rollouts dumped, then replays each step's training rows (prompt + response tokens, the run's
@@ -6,13 +16,15 @@ micro-batch size) through plain torch in this process: forward + backward + Adam
 and a no-grad forward with log-softmax gather (what `old_log_prob` does). Both sides run fp32 on every core, one
 after the other on the same machine. Printed per step: seconds, ms per token, and verl / torch.
 
-Usage: .venv/bin/python scripts/bench_actor_cpu.py [--steps 2] [--out outputs/bench_actor_cpu] [-- overrides...]
+Usage: .venv/bin/python scripts/bench_actor_cpu.py [--shared-prefix] [--steps 2] [--out outputs/bench_actor_cpu]
+           [-- overrides...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -97,14 +109,158 @@ def torch_log_probs(model, rows, micro: int) -> float:
     return time.perf_counter() - start
 
 
+TIMERS = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "step_wall_s")
+TARGET_ACTOR = 2.5  # update_actor + old_log_prob, unshared / shared
+TARGET_STEP = 0.5  # a step end to end, shared / unshared
+
+
+def _with_step_wall(rows: list[dict]) -> list[dict]:
+    """Each row with `step_wall_s`: the training clock's seconds for that step, generation calls included (verl's
+    `timing_s/step` leaves out the recipe's generation calls)."""
+    out, before = [], 0.0
+    for r in rows:
+        total = r["time/train_total_s"]
+        out.append({**r, "step_wall_s": total - before})
+        before = total
+    return out
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows if r.get(key) is not None)
+
+
+def replay_engine(rows, micro_update: int, micro_lp: int, pad_id: int, temperature: float, model) -> dict:
+    """Seconds for verl's engine step on these rows ((token ids, prompt length) each), unshared and shared: update
+    (forward + backward per micro-batch) and log-probs (no-grad forward per micro-batch)."""
+    import torch
+
+    from verl_ext.shared_prefix.rows import bare_engine, engine_batch
+
+    engine = bare_engine(model)
+
+    def loss_fn(model_output, data, dp_group=None):
+        lp = model_output["log_probs"].values()
+        return -lp.sum() / lp.numel(), {}
+
+    # each setting in the order the trainer hands it: unshared rows as verl's balance sorts them (the dump's order),
+    # shared rows with each prompt's rows together (verl's balance keeps uids together with use_prefix_grouper)
+    first = {}
+    for ids, plen in rows:
+        first.setdefault(tuple(ids[:plen]), len(first))
+    grouped = sorted(rows, key=lambda r: first[tuple(r[0][: r[1]])])
+
+    def timed(shared: bool, micro: int, train: bool) -> float:
+        ordered = grouped if shared else rows
+        start = time.perf_counter()
+        for i in range(0, len(ordered), micro):
+            chunk = ordered[i : i + micro]
+            td = engine_batch(
+                [r[:p] for r, p in chunk],
+                [r[p:] for r, p in chunk],
+                pad_id,
+                temperature,
+                shared_prefix=shared,
+                calculate_entropy=True,
+            )
+            if train:
+                loss, _ = engine.forward_step(td, loss_fn, forward_only=False)
+                loss.backward()
+            else:
+                with torch.no_grad():
+                    engine.forward_step(td, None, forward_only=True)
+        model.zero_grad(set_to_none=True)
+        return time.perf_counter() - start
+
+    return {
+        (shared, what): timed(shared, micro, what == "update")
+        for shared in (False, True)
+        for what, micro in (("update", micro_update), ("log_prob", micro_lp))
+    }
+
+
+def shared_prefix_main(args) -> None:
+    out = Path(args.out)
+    runs = {}
+    for shared in (False, True):
+        sub = out / ("shared" if shared else "unshared")
+        sub.mkdir(parents=True, exist_ok=True)
+        flag = f"actor_rollout_ref.actor.use_prefix_grouper={str(shared).lower()}"
+        reuse = args.reuse
+        rows = (
+            read_jsonl(sub / "run" / "metrics.jsonl") if reuse else run_verl(sub, args.steps, [*args.overrides, flag])
+        )
+        runs[shared] = _with_step_wall(rows)
+    print(f"{'setting':>9} {'step':>4} " + " ".join(f"{k.split('/')[-1]:>13}" for k in TIMERS))
+    for shared, rows in runs.items():
+        for r in rows:
+            cells = " ".join(f"{r.get(k, float('nan')):>13.1f}" for k in TIMERS)
+            print(f"{'shared' if shared else 'unshared':>9} {r['step']:>4} {cells}")
+    med = {(s, k): _median(rows, k) for s, rows in runs.items() for k in TIMERS}
+    actor = {s: med[(s, "timing_s/old_log_prob")] + med[(s, "timing_s/update_actor")] for s in runs}
+    print(
+        f"[bench] medians over {args.steps} steps (s): "
+        + "; ".join(f"{k.split('/')[-1]} {med[(False, k)]:.1f} -> {med[(True, k)]:.1f}" for k in TIMERS)
+    )
+    print(
+        f"[bench] update_actor + old_log_prob: {actor[False]:.1f} s -> {actor[True]:.1f} s = "
+        f"{actor[False] / actor[True]:.2f}x faster (target >= {TARGET_ACTOR}x)"
+    )
+    step = med[(True, "step_wall_s")] / med[(False, "step_wall_s")]
+    print(f"[bench] step end to end: shared / unshared = {step:.2f} (target <= {TARGET_STEP})")
+
+    os.environ.setdefault("VERL_PLATFORM", "cpu")  # verl's engine step asks the platform for its device
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_ext.cpu.shims import use_all_cores
+    from verl_ext.pretrained.smollm2 import ensure_smollm2
+
+    use_all_cores()
+    path = ensure_smollm2()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    sub = out / "unshared"
+    print(
+        f"[bench] same rows through verl's engine step (micro-batches {args.micro_update} update, {args.micro_lp} "
+        f"log-probs), rows of the unshared run:"
+    )
+    print(
+        f"{'step':>4} {'rows':>5} {'tokens':>7} | {'upd unshared':>12} {'shared':>7} {'x':>5} | {'lp unshared':>11} "
+        f"{'shared':>7} {'x':>5}"
+    )
+    ratios = []
+    for m in runs[False]:
+        rows = [(ids, plen) for ids, plen in step_rows(sub, m["step"], tok)]
+        t = replay_engine(rows, args.micro_update, args.micro_lp, tok.pad_token_id, args.temperature, model)
+        u0, u1, l0, l1 = t[(False, "update")], t[(True, "update")], t[(False, "log_prob")], t[(True, "log_prob")]
+        ratios.append((u0 + l0) / (u1 + l1))
+        tokens = sum(len(ids) for ids, _ in rows)
+        print(
+            f"{m['step']:>4} {len(rows):>5} {tokens:>7} | {u0:>12.1f} {u1:>7.1f} {u0 / u1:>5.2f} | {l0:>11.1f} "
+            f"{l1:>7.1f} {l0 / l1:>5.2f}",
+            flush=True,
+        )
+    print(
+        f"[bench] same rows, update + log-probs: median {statistics.median(ratios):.2f}x faster shared "
+        f"(target >= {TARGET_ACTOR}x)"
+    )
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--micro", type=int, default=None, help="torch micro-batch (default: the run's actor micro-batch)")
     p.add_argument("--out", default="outputs/bench_actor_cpu")
     p.add_argument("--reuse", action="store_true", help="replay an earlier run in --out instead of running verl")
+    p.add_argument("--shared-prefix", action="store_true", help="compare use_prefix_grouper false/true (see above)")
+    p.add_argument("--micro-update", type=int, default=8, help="replay: the update's micro-batch (the real preset's)")
+    p.add_argument("--micro-lp", type=int, default=16, help="replay: the log-prob micro-batch (the real preset's)")
+    p.add_argument("--temperature", type=float, default=0.6, help="replay: the sampling temperature (the preset's)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for the verl run")
     args = p.parse_args(argv)
+    if args.shared_prefix:
+        shared_prefix_main(args)
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     metrics = read_jsonl(out / "run" / "metrics.jsonl") if args.reuse else run_verl(out, args.steps, args.overrides)

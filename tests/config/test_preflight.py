@@ -133,6 +133,15 @@ BAD_ROWS = [
     ("fast_dapo", ["data.custom_cls.path=pkg://no.such.module", "data.custom_cls.name=X"], "data.custom_cls.path"),
     (
         "fast_dapo",
+        [
+            "actor_rollout_ref.actor.use_prefix_grouper=true",
+            "actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2",
+        ],
+        "use_prefix_grouper=true needs actor_rollout_ref.model.override_config.attn_implementation in ['eager', "
+        "'sdpa'], got 'flash_attention_2'",
+    ),
+    (
+        "fast_dapo",
         ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"],
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype must be fp32 on the CPU backend, got 'bf16'",
     ),

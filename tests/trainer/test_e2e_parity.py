@@ -11,6 +11,9 @@ launches (request batching depends on arrival order), so verl's run dumps each s
 project's run replays it. Each step then starts from the same prompts and responses; step 2's responses were sampled
 by verl's step-1 policy, so step 2's log-probs and losses compare the two runs' first updates too.
 
+A third run of the project's trainer replays the same responses with shared-prefix actor passes
+(`actor.use_prefix_grouper=true`, verl_ext/shared_prefix/) and must log the unshared run's metrics to float tolerance.
+
 Tolerances. Rewards, advantages and the token-level importance weights are computed in the driver from identical
 inputs by the same functions: they must agree exactly (up to float32 printing). Losses, entropies, KL and gradient
 norms come from FSDP workers running the same kernels on the same rows in the same micro-batches; the only possible
@@ -48,8 +51,10 @@ def _close(a: float, b: float, rel: float, abs_: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
 
 
-def _config(tiny_assets, out, dump_dir, trainer_cls: str | None):
+def _config(tiny_assets, out, dump_dir, trainer_cls: str | None, shared_prefix: bool = False):
     overrides = tiny_run_overrides(tiny_assets, out, STEPS) + [
+        # verl's own trainer computes every row's prompt (it never asks the engine to share): the parity runs do too
+        f"actor_rollout_ref.actor.use_prefix_grouper={str(shared_prefix).lower()}",
         "algorithm.adv_estimator=grpo",
         "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.kl_loss_coef=0.001",
@@ -67,7 +72,7 @@ def _config(tiny_assets, out, dump_dir, trainer_cls: str | None):
     return e2e_config("ppo_trainer", overrides)
 
 
-def _run(tiny_assets, tmp_path, name, trainer_cls=None):
+def _run(tiny_assets, tmp_path, name, trainer_cls=None, shared_prefix=False):
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     out = tmp_path / name
@@ -75,7 +80,7 @@ def _run(tiny_assets, tmp_path, name, trainer_cls=None):
     log = out / "metrics.jsonl"
     run_task_runner(
         ExtTaskRunner,
-        _config(tiny_assets, out, tmp_path / "rollout_cache", trainer_cls),
+        _config(tiny_assets, out, tmp_path / "rollout_cache", trainer_cls, shared_prefix),
         env={"VERL_FILE_LOGGER_PATH": str(log)},
     )
     return _read(out)
@@ -96,6 +101,32 @@ def test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps(ray_cpu, t
     assert len(cache) == STEPS, cache  # verl's run generated and cached each step's responses
     ext_rows, ext_dumps = _run(tiny_assets, tmp_path, "ext")
     assert_parity(verl_rows, ext_rows, verl_dumps, ext_dumps)
+    # The same two steps with shared-prefix actor passes (verl_ext/shared_prefix), replaying the same responses.
+    shared_rows, shared_dumps = _run(tiny_assets, tmp_path, "ext_shared", shared_prefix=True)
+    assert_shared_prefix_matches(ext_rows, shared_rows, ext_dumps, shared_dumps)
+
+
+# Shared-prefix passes reassociate float32 sums in attention (docs/SHARED_PREFIX.md, "Exactness": log-probs within
+# ~2e-5 of the unshared pass); the metrics built from log-probs inherit that, carried through one Adam step.
+SHARED_REL, SHARED_ABS = 1e-3, 1e-5
+
+
+def assert_shared_prefix_matches(ext_rows: dict, shared_rows: dict, ext_dumps: dict, shared_dumps: dict) -> None:
+    """A run with shared-prefix passes logs the unshared run's metrics to float tolerance, on the same rows (which
+    verl's group-keeping balance may order differently)."""
+    fields = ("input", "output", "gts", "score", "step")
+    for step in range(1, STEPS + 1):
+        rows = sorted(json.dumps({k: r[k] for k in fields}) for r in ext_dumps[step])
+        assert sorted(json.dumps({k: r[k] for k in fields}) for r in shared_dumps[step]) == rows
+        ext, shared = ext_rows[step], shared_rows[step]
+        assert set(ext) == set(shared)
+        keys = sorted(k for k in ext if k.startswith((*EXACT, "rollout_corr/")) or k in UPDATE)
+        assert len(keys) > 25
+        for key in keys:
+            assert _close(shared[key], ext[key], SHARED_REL, SHARED_ABS), (step, key, shared[key], ext[key])
+    assert (
+        abs(shared_rows[2]["actor/kl_loss"] - ext_rows[2]["actor/kl_loss"]) <= SHARED_REL * ext_rows[2]["actor/kl_loss"]
+    )
 
 
 def assert_parity(verl_rows: dict, ext_rows: dict, verl_dumps: dict, ext_dumps: dict) -> None:

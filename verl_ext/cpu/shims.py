@@ -177,9 +177,11 @@ def _all_cores(cls):
 def apply_engine_registration() -> None:
     from verl.workers.engine.base import EngineRegistry
 
+    from verl_ext.shared_prefix.engine import engine_class
+
     impl = _engine_module()
     for model_type, cls in (
-        ("language_model", impl.FSDPEngineWithLMHead),
+        ("language_model", engine_class(impl.FSDPEngineWithLMHead)),  # shared-prefix passes (verl_ext/shared_prefix)
         ("value_model", impl.FSDPEngineWithValueHead),
     ):
         registry = EngineRegistry._engines.get(model_type, {})

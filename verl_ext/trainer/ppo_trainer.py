@@ -60,6 +60,7 @@ from verl.utils.skip.skip_manager import SkipManager
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.metrics_log.console import ALL_SOURCES
 from verl_ext.metrics_log.run_log import RunLog
+from verl_ext.shared_prefix import FLAG as SHARED_PREFIX_FLAG
 from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
@@ -311,7 +312,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if "response_mask" not in batch.batch.keys():
             batch.batch["response_mask"] = compute_response_mask(batch)
         if cfg.trainer.balance_batch:
-            self._balance_batch(batch, metrics=metrics)  # reorders rows: everything below groups by uid
+            # reorders rows: everything below groups by uid (use_prefix_grouper: each uid's rows stay together)
+            self._balance_batch(batch, metrics=metrics)
+        # the actor and reference engines compute each group's prompt once (verl_ext/shared_prefix): every TensorDict
+        # verl builds from this batch carries meta_info as its non-tensor data
+        batch.meta_info[SHARED_PREFIX_FLAG] = bool(cfg.actor_rollout_ref.actor.get("use_prefix_grouper", False))
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
         batch.meta_info["images_seqlens"] = images_seqlens(batch)
         with marked_timer("reward", timing_raw, color="yellow"):

@@ -67,6 +67,7 @@ def range_problems(cfg: DictConfig, critic: bool = False) -> list[str]:
     problems.run(_in_range, cfg, "actor_rollout_ref.rollout.top_p", 1e-12, 1.0, "must be in (0, 1]")
     problems.run(_in_range, cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 1e-12, 1.0, "must be in (0, 1]")
     problems.run(check_cpu_precision, cfg)
+    problems.run(check_shared_prefix, cfg)
     return problems.messages
 
 
@@ -88,6 +89,22 @@ def check_cpu_precision(cfg: DictConfig) -> None:
                 f"{base}.mixed_precision.param_dtype must be fp32 on the CPU backend, got {param_dtype!r} (unset means "
                 "bf16 in verl's FSDP engine, emulated on this CPU)"
             )
+
+
+def check_shared_prefix(cfg: DictConfig) -> None:
+    """Shared-prefix actor passes (`actor.use_prefix_grouper`, verl_ext/shared_prefix/) hand the model a 4-D attention
+    mask, which transformers' eager and sdpa attention take and FlashAttention (verl's default) does not."""
+    if not get(cfg, "actor_rollout_ref.actor.use_prefix_grouper", False):
+        return
+    from verl_ext.shared_prefix import MASK_KIND
+
+    key = "actor_rollout_ref.model.override_config.attn_implementation"
+    attn = get(cfg, key, None) or "flash_attention_2"
+    if attn not in MASK_KIND:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.use_prefix_grouper=true needs {key} in {sorted(MASK_KIND)}, got {attn!r} "
+            "(shared-prefix packs pass a 4-D attention mask; docs/SHARED_PREFIX.md)"
+        )
 
 
 def _at_least(cfg: DictConfig, key: str, low: int) -> None:
