@@ -142,6 +142,11 @@ BAD_ROWS = [
     ),
     (
         "fast_dapo",
+        ["actor_rollout_ref.actor.use_prefix_grouper=true", "trainer.n_gpus_per_node=16"],
+        "data.train_batch_size=8 groups must divide evenly over the 16 data-parallel ranks",
+    ),
+    (
+        "fast_dapo",
         ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16"],
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype must be fp32 on the CPU backend, got 'bf16'",
     ),

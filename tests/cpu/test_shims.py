@@ -61,9 +61,13 @@ def test_fsdp_engines_are_registered_for_cpu():
     from verl.workers.engine.base import EngineRegistry
     from verl.workers.engine.fsdp import transformer_impl
 
+    from verl_ext.shared_prefix.engine import SharedPrefixLMHead
+
     lm = EngineRegistry.get_engine_cls("language_model", "fsdp2")
     value = EngineRegistry.get_engine_cls("value_model", "fsdp2")
-    assert lm.__mro__[1] is transformer_impl.FSDPEngineWithLMHead and lm.__name__ == "CPUFSDPEngineWithLMHead"
+    # the language model's: verl's engine with shared-prefix passes (verl_ext/shared_prefix), on every core
+    assert lm.__name__ == "CPUSharedPrefixFSDPEngineWithLMHead"
+    assert lm.__mro__[1:4] == (lm.__mro__[1], SharedPrefixLMHead, transformer_impl.FSDPEngineWithLMHead)
     assert value.__mro__[1] is transformer_impl.FSDPEngineWithValueHead
 
 

@@ -105,6 +105,19 @@ def check_shared_prefix(cfg: DictConfig) -> None:
             f"actor_rollout_ref.actor.use_prefix_grouper=true needs {key} in {sorted(MASK_KIND)}, got {attn!r} "
             "(shared-prefix packs pass a 4-D attention mask; docs/SHARED_PREFIX.md)"
         )
+    # verl's _balance_batch then splits whole groups across data-parallel ranks and raises inside Ray unless they
+    # divide evenly; a step's groups are data.train_batch_size
+    if get(cfg, "trainer.balance_batch", True):
+        world = int(get(cfg, "trainer.nnodes", 1)) * int(get(cfg, "trainer.n_gpus_per_node", 1))
+        sp = int(get(cfg, "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1) or 1)
+        dp = max(1, world // sp)
+        groups = int(get(cfg, "data.train_batch_size", dp))
+        if groups % dp:
+            raise ConfigError(
+                f"actor_rollout_ref.actor.use_prefix_grouper=true with trainer.balance_batch: data.train_batch_size="
+                f"{groups} groups must divide evenly over the {dp} data-parallel ranks (trainer.nnodes x "
+                "trainer.n_gpus_per_node / ulysses_sequence_parallel_size); verl keeps each group on one rank"
+            )
 
 
 def _at_least(cfg: DictConfig, key: str, low: int) -> None:
