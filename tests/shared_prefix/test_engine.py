@@ -94,19 +94,21 @@ def _step(real, shared: bool, **flags):
 
     model.forward = spy
     try:
-        loss, _ = engine.forward_step(td, loss_fn, forward_only=False)
+        loss, out = engine.forward_step(td, loss_fn, forward_only=False)
     finally:
         del model.forward
     loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    seen["token_frac"] = out["metrics"].get("shared_prefix/token_frac")
     return seen, grads, td["response_mask"].bool(), calls["input_ids"]
 
 
 def test_shared_prefix_step_equals_the_unshared_step_on_real_rows(real):
     plain, plain_grads, mask, plain_shape = _step(real, shared=False)
     shared, shared_grads, _, shared_shape = _step(real, shared=True)
-    # the unshared pass runs 8 padded rows; the shared one 2 packs (one per prompt)
+    # the unshared pass runs 8 padded rows; the shared one 2 packs (one per prompt), and reports the tokens it saved
     assert plain_shape[0] == 8 and shared_shape[0] == 2
+    assert plain["token_frac"] is None and 0 < shared["token_frac"] < 0.6
     assert shared_shape[0] * shared_shape[1] < 0.6 * plain_shape[0] * plain_shape[1]
     diff = (plain["lp"] - shared["lp"]).abs()[mask]
     assert diff.max() < LP_ATOL, diff.max()
@@ -154,3 +156,17 @@ def test_flash_attention_is_refused_by_name(real):
     td = engine_batch(prompts, responses, tok.pad_token_id, TEMPERATURE, shared_prefix=True)
     with pytest.raises(ValueError, match="use_prefix_grouper.*attn_implementation"):
         engine.prepare_model_inputs(td)
+
+
+def test_sliding_window_models_run_unshared(real):
+    """The packs' 4-D mask would replace a sliding-window model's own window: such models keep verl's pass."""
+    from verl_ext.shared_prefix.engine import ineligible
+
+    model, tok, prompts, responses = real
+    td = engine_batch(prompts, responses, tok.pad_token_id, TEMPERATURE, shared_prefix=True)
+    for config in (
+        types.SimpleNamespace(use_sliding_window=True, _attn_implementation="eager"),
+        types.SimpleNamespace(layer_types=["full_attention", "sliding_attention"], _attn_implementation="eager"),
+    ):
+        assert ineligible(_engine(types.SimpleNamespace(config=config)), td) == "sliding-window attention"
+    assert ineligible(_engine(model), td) is None

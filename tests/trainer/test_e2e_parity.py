@@ -119,8 +119,13 @@ def assert_shared_prefix_matches(ext_rows: dict, shared_rows: dict, ext_dumps: d
         rows = sorted(json.dumps({k: r[k] for k in fields}) for r in ext_dumps[step])
         assert sorted(json.dumps({k: r[k] for k in fields}) for r in shared_dumps[step]) == rows
         ext, shared = ext_rows[step], shared_rows[step]
-        assert set(ext) == set(shared)
+        # the engine did share: it ran on fewer tokens than the rows hold (the key only logged when asked for)
+        assert set(shared) - set(ext) == {"actor/shared_prefix/token_frac"} and not set(ext) - set(shared)
+        assert 0 < shared["actor/shared_prefix/token_frac"] < 0.9, shared["actor/shared_prefix/token_frac"]
         keys = sorted(k for k in ext if k.startswith((*EXACT, "rollout_corr/")) or k in UPDATE)
+        # verl computes this std in float32 as sqrt(E[w^2] - E[w]^2) with every weight within 1e-4 of 1: it can only
+        # read 0, sqrt(eps) = 3.45e-4 or sqrt(1.5 eps) = 4.23e-4, so a 1e-6 change in a log-prob flips it
+        keys.remove("rollout_corr/rollout_is_std")
         assert len(keys) > 25
         for key in keys:
             assert _close(shared[key], ext[key], SHARED_REL, SHARED_ABS), (step, key, shared[key], ext[key])

@@ -15,7 +15,8 @@ loop, loss, backward, FSDP) is verl's own:
 
 A micro-batch without the flag, or one the packing does not cover, runs verl's unshared pass unchanged: fused
 kernels, top-K distillation (the Composer's SDPO channel) and distillation-only passes, Sigma-pi^2, Ulysses sequence
-parallelism, 3-D rotary positions (VLMs), multi-modal inputs, rows whose positions are not 0..len-1. Rows that share
+parallelism, 3-D rotary positions (VLMs), multi-modal inputs, sliding-window attention layers (a 4-D mask replaces
+the model's own, window included), rows whose positions are not 0..len-1. Rows that share
 no prompt are packs of one row each: the same cost as the unshared pass.
 
 The flag rides on the batch: the trainer sets `meta_info["shared_prefix"]` from `actor.use_prefix_grouper`, and
@@ -56,6 +57,11 @@ def ineligible(engine, micro_batch) -> str | None:
         return "ulysses sequence parallelism"
     if micro_batch["position_ids"].dim() != 2:
         return "3-D position ids"
+    config = getattr(engine.module, "config", None)
+    if getattr(config, "use_sliding_window", False) or any(
+        t != "full_attention" for t in (getattr(config, "layer_types", None) or ())
+    ):
+        return "sliding-window attention"  # the packs' 4-D mask would replace the model's window
     mm = micro_batch.get("multi_modal_inputs", None)
     if mm is not None and any(bool(x) for x in (mm.tolist() if hasattr(mm, "tolist") else mm)):
         return "multi-modal inputs"
@@ -78,6 +84,16 @@ class SharedPrefixLMHead:
     """Mixin over verl's `FSDPEngineWithLMHead`; `engine_class` makes the concrete class."""
 
     max_pack_tokens = MAX_PACK_TOKENS
+
+    def forward_step(self, micro_batch, loss_function, forward_only):
+        """verl's step; a micro-batch that asked for sharing also reports `shared_prefix/token_frac`: the tokens the
+        model ran on over the rows' tokens (1.0 when it ran unshared). The update's metrics carry it to the log as
+        `actor/shared_prefix/token_frac`."""
+        self._token_frac = None
+        loss, output = super().forward_step(micro_batch, loss_function, forward_only)
+        if _setting(micro_batch, FLAG):
+            output.setdefault("metrics", {})["shared_prefix/token_frac"] = self._token_frac or 1.0
+        return loss, output
 
     def prepare_model_inputs(self, micro_batch):
         why = ineligible(self, micro_batch)
@@ -108,6 +124,7 @@ class SharedPrefixLMHead:
             "attention_mask": attention_mask_4d(plan.segment, MASK_KIND[attn], dtype),
         }
         output_args = {"shared_prefix_plan": plan, "pack_temperature": None if unit else pack_temps}
+        self._token_frac = plan.pack_tokens / plan.row_tokens
         return model_inputs, output_args
 
     def prepare_model_outputs(self, output, output_args, micro_batch, logits_processor_func):
