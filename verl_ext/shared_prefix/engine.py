@@ -31,8 +31,8 @@ from verl_ext.shared_prefix import FLAG, MASK_KIND
 from verl_ext.shared_prefix.packing import PackPlan, attention_mask_4d, plan_packs, row_log_probs
 
 # A pack of one prompt and its responses is cut before it exceeds this many tokens (the prompt repeats in each cut).
-# Attention over a pack costs L^2 and most of it is masked; at 1024 tokens a 135M model's eager attention is still
-# under a fifth of its linear layers' work.
+# Attention over a pack costs L^2 and most of it is masked; at 1024 tokens SmolLM2-135M's eager attention is about
+# a quarter of its linear layers' work (4 L^2 d x heads x layers = 72 GFLOP against 2 x 135M x L = 276).
 MAX_PACK_TOKENS = 1024
 # Per-micro-batch settings under which the engine runs verl's unshared pass instead.
 _UNSHARED_WHEN = ("use_fused_kernels", "distillation_use_topk", "distillation_only", "calculate_sum_pi_squared")
