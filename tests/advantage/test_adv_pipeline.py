@@ -144,6 +144,26 @@ def test_metrics_match_plain_computation(transform):
     if transform == "gtpo_sepa":
         assert metrics["adv/sepa_lambda"] == 0.7
         assert metrics["adv/exec_u_var_after"] < metrics["adv/exec_u_var_before"]
+    # token advantages that moved from their response's episode advantage, counted by hand
+    episode = [row[0] if any(m) else 0.0 for row, m in zip(run_slow(b, "maxrl", "none"), b["mask"].tolist())]
+    tokens = run_fast(b, transform, _lam=0.7)
+    moved = total = 0
+    for a_i, row, m in zip(episode, tokens.tolist(), b["mask"].tolist()):
+        for a_t, keep in zip(row, m):
+            if keep and a_i != 0:
+                total += 1
+                moved += abs(a_t - a_i) > 1e-6 * abs(a_i)
+    assert metrics["adv/token_moved_frac"] == pytest.approx(moved / total)
+    assert 0 < metrics["adv/token_moved_frac"] <= 1
+
+
+def test_gtpo_on_constant_uncertainty_moves_no_token_and_hicra_moves_the_planning_ones():
+    b = make_batch(7, bs=16, T=20)
+    b["logp"] = torch.full_like(b["logp"], -0.5)  # every token the same surprisal: GTPO's weights are all 1
+    for estimator, want_moved_any in (("gtpo", False), ("gtpo_hicra", True)):
+        metrics = {}
+        run_fast(b, estimator, metrics=metrics)
+        assert (metrics["adv/token_moved_frac"] > 0) == want_moved_any, (estimator, metrics["adv/token_moved_frac"])
 
 
 def test_sepa_at_full_strength_differentiates_only_planning_tokens():

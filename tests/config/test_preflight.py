@@ -109,6 +109,8 @@ BAD_ROWS = [
     ("fast_dapo", ["data.max_prompt_length=0"], "data.max_prompt_length=0 must be >= 1"),
     ("fast_dapo", ["data.max_response_length=1000"], "exceeds the model's max_position_embeddings=512"),
     ("fast_dapo", ["actor_rollout_ref.rollout.temperature=-1"], "actor_rollout_ref.rollout.temperature=-1.0"),
+    ("fast_dapo", ["trainer.pass_at_k=-2"], "trainer.pass_at_k must be an integer >= 0"),
+    ("composer", ["trainer.pass_at_k=1.5"], "trainer.pass_at_k must be an integer >= 0"),
     ("fast_dapo", ["actor_rollout_ref.actor.ppo_mini_batch_size=0"], "ppo_mini_batch_size=0 must be >= 1"),
     (
         "fast_dapo",

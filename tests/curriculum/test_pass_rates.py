@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from verl_ext.curriculum import cost_model
-from verl_ext.curriculum.pass_rates import BINS, keep_probability, pass_histogram, predict_costs
+from verl_ext.curriculum.pass_rates import (
+    BINS,
+    keep_probability,
+    pass_at,
+    pass_at_grid,
+    pass_histogram,
+    predict_costs,
+)
 
 
 def _keep_by_enumeration(c: int, k: int, j: int) -> float:
@@ -36,6 +43,33 @@ def test_keep_probability_is_unbiased_for_a_bernoulli_prompt():
     weights = np.array([math.comb(k, int(c)) * p**c * (1 - p) ** (k - c) for c in counts])
     expected = float(np.sum(weights * keep_probability(counts, k, j)))
     assert expected == pytest.approx(1 - p**j - (1 - p) ** j, abs=1e-12)
+
+
+@pytest.mark.parametrize("k,j", [(8, 1), (8, 3), (8, 8), (16, 4)])
+def test_pass_at_equals_the_share_of_subsets_with_a_right_response(k, j):
+    counts = np.arange(k + 1)
+    want = []
+    for c in counts:
+        responses = [1] * int(c) + [0] * (k - int(c))
+        subsets = list(itertools.combinations(range(k), j))
+        want.append(sum(any(responses[i] for i in s) for s in subsets) / len(subsets))
+    np.testing.assert_allclose(pass_at(counts, k, j), want, atol=1e-12)
+
+
+def test_pass_at_is_unbiased_for_a_bernoulli_prompt():
+    """E over Binomial(k, p) counts of the estimate = 1 - (1-p)^j, the true pass@j."""
+    k, j, p = 16, 4, 0.23
+    counts = np.arange(k + 1)
+    weights = np.array([math.comb(k, int(c)) * p**c * (1 - p) ** (k - c) for c in counts])
+    assert float(np.sum(weights * pass_at(counts, k, j))) == pytest.approx(1 - (1 - p) ** j, abs=1e-12)
+
+
+def test_pass_at_refuses_j_beyond_k_and_the_grid_ends_at_k():
+    with pytest.raises(ValueError, match="1 <= j <= k=4"):
+        pass_at(np.array([1]), 4, 5)
+    assert pass_at_grid(16) == [1, 2, 4, 8, 16]
+    assert pass_at_grid(12) == [1, 2, 4, 8, 12]
+    assert pass_at_grid(1) == [1]
 
 
 def test_keep_probability_beyond_k_is_the_plug_in():

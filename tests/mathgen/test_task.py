@@ -199,3 +199,36 @@ def test_cli_writes_both_splits_and_prints_counts_and_baselines(tmp_path, capsys
     assert (tmp_path / "out" / "train.parquet").exists() and (tmp_path / "out" / "val.parquet").exists()
     assert "mathgen/arithmetic__add_or_sub" in out and out.count("best constant answer") == 2
     assert len(pd.read_parquet(tmp_path / "out" / "val.parquet")) == 9
+
+
+def test_the_steps_mix_starts_every_prompt_with_the_worked_demonstration_and_never_asks_its_questions(tmp_path):
+    mix = task.get_mix("steps")
+    asked = task.demonstration_questions(mix.demonstration)
+    assert asked == ["Solve 3*x + 2 = 14 for x.", "What is 7 - (2 + 3)?"]
+    # a split drawn with the demonstration's questions already "seen" is what write_split draws: none of them
+    train, val = task.write_task(tmp_path, 64, 16, seed=0, modules=mix.modules, demonstration=mix.demonstration)
+    for path in (train, val):
+        df = pd.read_parquet(path)
+        assert set(df["data_source"]) == {"mathgen/algebra__linear_1d", "mathgen/arithmetic__add_sub_multiple"}
+        for _, row in df.iterrows():
+            *shown, message = row["prompt"]
+            assert [dict(m) for m in shown] == [dict(m) for m in task.WORKED_DEMONSTRATION]
+            assert row["extra_info"]["question"] not in asked
+    with pytest.raises(ValueError, match="mix must be one of"):
+        task.get_mix("nope")
+
+
+def test_a_demonstration_question_drawn_by_the_generator_is_redrawn():
+    """The exclusion is what keeps the demonstration out: a generator whose first draw is the demonstration's
+    question gives the next one instead."""
+    module = ("algebra", "linear_1d")
+    draws = iter(["Solve 3*x + 2 = 14 for x.", "Solve 2*y = 4 for y."])
+
+    class Problem:
+        def __init__(self, q):
+            self.question, self.answer = q, 2
+
+    item = task._draw_new(
+        lambda: Problem(next(draws)), module, set(task.demonstration_questions(task.WORKED_DEMONSTRATION)), 0.0
+    )
+    assert item.question == "Solve 2*y = 4 for y."

@@ -30,6 +30,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from tests.conftest import e2e_config, read_file_logger, run_task_runner, tiny_run_overrides
 
@@ -66,6 +67,7 @@ def _config(tiny_assets, out, dump_dir, trainer_cls: str | None, shared_prefix: 
         f"skip.rollout.dump_dir={dump_dir}",
         f"skip.rollout.steps=[{','.join(str(s) for s in range(1, STEPS + 1))}]",
         "trainer.logger=[console,file]",
+        f"trainer.save_freq={STEPS}",  # the last step's checkpoint: the trained weights (assert_verl_trains)
     ]
     if trainer_cls:
         overrides.append(f"+trainer.trainer_cls={trainer_cls}")
@@ -99,6 +101,7 @@ def test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps(ray_cpu, t
     verl_rows, verl_dumps = _run(tiny_assets, tmp_path, "verl", "verl.trainer.ppo.ray_trainer.RayPPOTrainer")
     cache = list((tmp_path / "rollout_cache").rglob("gen_batch.dp"))
     assert len(cache) == STEPS, cache  # verl's run generated and cached each step's responses
+    assert_verl_trains(verl_rows, tiny_assets, tmp_path / "verl" / "ckpt")
     ext_rows, ext_dumps = _run(tiny_assets, tmp_path, "ext")
     assert_parity(verl_rows, ext_rows, verl_dumps, ext_dumps)
     # The same two steps with shared-prefix actor passes (verl_ext/shared_prefix), replaying the same responses.
@@ -144,6 +147,37 @@ def assert_shared_prefix_matches(ext_rows: dict, shared_rows: dict, ext_dumps: d
     assert (
         abs(shared_rows[2]["actor/kl_loss"] - ext_rows[2]["actor/kl_loss"]) <= SHARED_REL * ext_rows[2]["actor/kl_loss"]
     )
+
+
+def _actor_weights_from_checkpoint(ckpt_dir):
+    """Full actor state dict from verl's FSDP checkpoint of the last step (one rank here)."""
+    shard = next(ckpt_dir.glob("global_step_*/actor/model_world_size_1_rank_0.pt"))
+    state = torch.load(shard, map_location="cpu", weights_only=False)
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state.items()}
+
+
+def assert_verl_trains(verl_rows: dict, tiny_assets, ckpt_dir) -> None:
+    """verl 0.9.1's own trainer, stock GRPO with a KL loss (the reference model runs too), trains on the CPU backend:
+    finite losses, a gradient, a rollout serving the actor's current weights, and weights that moved."""
+    from transformers import AutoModelForCausalLM
+
+    for step, m in verl_rows.items():
+        for key in ("critic/score/mean", "critic/advantages/mean", "actor/pg_loss", "actor/grad_norm"):
+            assert math.isfinite(float(m[key])), (step, key, m.get(key))
+        assert float(m["actor/grad_norm"]) > 0
+        # vLLM and the FSDP actor score the same sampled tokens: with fp32 on both sides their probabilities agree
+        # closely only if vLLM serves the actor's current weights
+        assert float(m["training/rollout_probs_diff_max"]) < 0.05, (step, m["training/rollout_probs_diff_max"])
+    # From step 2 on the actor has moved away from its initial weights (= the reference model's): a rollout still
+    # serving the initial weights would disagree with the actor by about the actor-vs-reference KL. It must not.
+    for step in range(2, STEPS + 1):
+        m = verl_rows[step]
+        assert float(m["actor/kl_loss"]) > 0
+        assert float(m["rollout_corr/k3_kl"]) < 0.2 * float(m["actor/kl_loss"]), (step, m)
+    trained = _actor_weights_from_checkpoint(ckpt_dir)
+    initial = AutoModelForCausalLM.from_pretrained(tiny_assets.model_dir).state_dict()
+    changed = [k for k, v in initial.items() if k in trained and not torch.allclose(trained[k].float(), v.float())]
+    assert len(changed) >= len(initial) // 2, f"only {len(changed)} of {len(initial)} tensors changed"
 
 
 def assert_parity(verl_rows: dict, ext_rows: dict, verl_dumps: dict, ext_dumps: dict) -> None:

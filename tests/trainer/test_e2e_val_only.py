@@ -1,6 +1,7 @@
 """`trainer.val_only` through the project's trainer base: validate, log as step 0, stop (no training step, no
-checkpoint). The project validates under val_only whatever `val_before_train` says (verl's fit would skip both
-without val_before_train and then train, which is not what a user asking for val_only wants)."""
+checkpoint), with the held-out pass@k of `trainer.pass_at_k` beside the greedy accuracy. The project validates under
+val_only whatever `val_before_train` says (verl's fit would skip both without val_before_train and then train, which
+is not what a user asking for val_only wants)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_val_only_validates_and_stops(ray_cpu, tiny_assets, tmp_path):
             "trainer.val_before_train=false",
             "trainer.save_freq=1",
             "trainer.logger=[console,file]",
+            "+trainer.pass_at_k=4",  # and the held-out pass@k, sampled at the training temperature
             f"+trainer.jsonl_metrics_path={tmp_path / 'metrics.jsonl'}",
         ],
     )
@@ -38,5 +40,12 @@ def test_val_only_validates_and_stops(ray_cpu, tiny_assets, tmp_path):
     val = {k: v for k, v in row["data"].items() if k.startswith("val-core/")}
     assert val and all(0.0 <= v <= 1.0 for v in val.values()), row["data"]
     assert not any(k.startswith(("actor/", "training/")) for k in row["data"])
+    # pass@1 <= pass@2 <= pass@4 per source (unbiased estimates from the same 4 responses a prompt), and pass@1 is
+    # a sampled accuracy, not the greedy one
+    sources = {k.split("/")[1] for k in row["data"] if k.startswith("val-pass/")}
+    assert sources and sources == {k.split("/")[1] for k in val}, (sources, sorted(val))
+    for source in sources:
+        at = [row["data"][f"val-pass/{source}/pass@{j}"] for j in (1, 2, 4)]
+        assert 0.0 <= at[0] <= at[1] <= at[2] <= 1.0, (source, at)
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0]
     assert not (tmp_path / "ckpt").exists()  # save_freq=1, but no step ran

@@ -13,12 +13,16 @@ Output: (bs, T) token advantages, zero on padding. Metrics (when a dict is given
     adv/sepa_lambda                                                         when SEPA is used
     adv/planning_token_frac                                                 when a planning mask is known
     adv/{exec,plan}_u_{mean,var}_{before,after}                              token-level transforms
+    adv/token_moved_frac                                                     token-level transforms
     adv/<key>                                                               a plugin's TransformOutput.extra_metrics
 "before" is u as computed, "after" is the u GTPO weights by (after SEPA pooling; equal to before otherwise, and
 for plugins, whose use of u the pipeline does not see).
 Means and (population) variances pool all masked-in execution (planning mask 0) or planning tokens of the batch;
 without a planning mask every token counts as execution; an empty set reports 0.
 `adv/exec_u_var_before` and `adv/correct_rate` are what SepaController.observe takes.
+`adv/token_moved_frac`: of the masked-in tokens of responses with a non-zero episode advantage A_i, the share whose
+token advantage A_t differs from A_i by more than 1e-6 |A_i| (0 when the transform leaves every token at A_i, as
+GTPO does where u is constant; HICRA moves every planning token).
 """
 
 from __future__ import annotations
@@ -117,7 +121,17 @@ def _token_advantages(
     if with_stats:
         _emit_uncertainty_stats(out, "before", n_tokens, before)
         _emit_uncertainty_stats(out, "after", n_tokens, after)
+        out["adv/token_moved_frac"] = _moved_frac(advantages, episode, m)
     return advantages
+
+
+def _moved_frac(advantages: torch.Tensor, episode: torch.Tensor, m: torch.Tensor) -> float:
+    """Share of the masked-in tokens of responses with A_i != 0 whose A_t moved from A_i (module docstring)."""
+    ep = episode.to(advantages.dtype).unsqueeze(-1)
+    informative = (ep != 0) & (m > 0)
+    moved = (advantages - ep).abs() > 1e-6 * ep.abs()
+    n = float(informative.sum())
+    return float((moved & informative).sum()) / n if n else 0.0
 
 
 TRAINER_HINT = (

@@ -11,6 +11,8 @@ From those counts:
       keep_j(i) = 1 - C(c_i, j)/C(k, j) - C(k - c_i, j)/C(k, j)
 
   and by the plug-in 1 - p^j - (1-p)^j with p = c_i/k for j > k (biased: prefer k >= N);
+- pass@j, the chance that at least one of j responses is right, estimated without bias for j <= k the same way
+  (Chen et al. 2021, arXiv 2107.03374, eq. 1): ``pass@j(i) = 1 - C(k - c_i, j)/C(k, j)``;
 - the generation cost of each sampling mode, for N responses per training group, n screening responses (fast),
   B training prompts per step and G fresh prompts per generation call (docs/ALGORITHMS.md section 5):
 
@@ -59,6 +61,23 @@ def keep_probability(correct: np.ndarray, k: int, j: int) -> np.ndarray:
         return 1.0 - all_right - all_wrong
     p = c / k
     return 1.0 - p**j - (1.0 - p) ** j
+
+
+def pass_at(correct: np.ndarray, k: int, j: int) -> np.ndarray:
+    """Per prompt, the unbiased estimate of pass@j from c right of k responses (module docstring), for 1 <= j <= k."""
+    c = _counts(correct, k)
+    if not 1 <= j <= k:
+        raise ValueError(f"pass@j needs 1 <= j <= k={k}, got j={j}")
+    total = math.comb(k, j)
+    return 1.0 - np.array([math.comb(int(k - x), j) for x in c], dtype=np.float64) / total
+
+
+def pass_at_grid(k: int) -> list[int]:
+    """The j of pass@j reported for k responses a prompt: 1, 2, 4, ... up to k (k itself included)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    grid = [2**i for i in range(k.bit_length()) if 2**i <= k]
+    return grid if grid[-1] == k else [*grid, k]
 
 
 @dataclass(frozen=True)

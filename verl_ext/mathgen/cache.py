@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from verl_ext.mathgen.task import TaskSpec, mix_modules, write_task
+from verl_ext.mathgen.task import TaskSpec, get_mix, write_task
 from verl_ext.toy.assets import DEFAULT_CACHE, build_once
 
 
@@ -20,6 +20,7 @@ def ensure_task(spec: TaskSpec | None = None, cache_dir: str | Path | None = Non
     root = Path(cache_dir) if cache_dir else DEFAULT_CACHE
 
     def build(out: Path) -> None:
-        write_task(out, spec.train_size, spec.val_size, spec.seed, spec.difficulty, mix_modules(spec.mix))
+        mix = get_mix(spec.mix)
+        write_task(out, spec.train_size, spec.val_size, spec.seed, spec.difficulty, mix.modules, mix.demonstration)
 
     return build_once(root / f"mathgen-{spec.key()}", build, asdict(spec))

@@ -75,18 +75,6 @@ MODULES: tuple[tuple[str, str], ...] = (
     ("comparison", "sort"),
     ("algebra", "linear_1d"),
 )
-# Named module subsets (the resolver's and the CLI's --mix): "all" is every module; "arithmetic" the four arithmetic
-# generators on which the released SmolLM2-135M-Instruct is right on 10-28% of validation questions (greedy), where
-# "all" adds five on which it is right on 0-4% (mixed fractions, place value, rounding, sorting, linear equations).
-MIXES: dict[str, tuple[tuple[str, str], ...]] = {
-    "all": MODULES,
-    "arithmetic": (
-        ("arithmetic", "add_or_sub"),
-        ("arithmetic", "add_sub_multiple"),
-        ("arithmetic", "mul"),
-        ("arithmetic", "div"),
-    ),
-}
 DATA_SOURCE_PREFIX = "mathgen/"
 INSTRUCTION = "Give the final answer in \\boxed{}."
 # One worked exchange before the question (a one-shot chat demonstration). SmolLM2-135M-Instruct almost never writes
@@ -97,6 +85,48 @@ DEMONSTRATION = (
     {"role": "user", "content": f"What is 2 + 2? {INSTRUCTION}"},
     {"role": "assistant", "content": "2 + 2 = 4. The final answer is \\boxed{4}."},
 )
+# Two worked exchanges that write their steps out (the operation, then its result; "First, ... Then ..."): after
+# them the released model writes its own steps ("To solve this equation, first, subtract 2 from both sides: ...
+# Then, divide both sides by 3: ..."), where after DEMONSTRATION a reply is one sentence. Phrased as the linear_1d
+# and add_sub_multiple generators phrase theirs, so those two questions are never drawn as task questions.
+WORKED_DEMONSTRATION = (
+    {"role": "user", "content": f"Solve 3*x + 2 = 14 for x. {INSTRUCTION}"},
+    {
+        "role": "assistant",
+        "content": "Subtract 2 from both sides: 3*x = 12. Divide both sides by 3: x = 4. "
+        "The final answer is \\boxed{4}.",
+    },
+    {"role": "user", "content": f"What is 7 - (2 + 3)? {INSTRUCTION}"},
+    {"role": "assistant", "content": "First, 2 + 3 = 5. Then 7 - 5 = 2. The final answer is \\boxed{2}."},
+)
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A named task: which generator modules, and the demonstration every prompt starts with."""
+
+    modules: tuple[tuple[str, str], ...]
+    demonstration: tuple[dict[str, str], ...] = DEMONSTRATION
+
+
+# Named mixes (the resolver's and the CLI's --mix): "all" is every module; "arithmetic" the four arithmetic generators
+# on which the released SmolLM2-135M-Instruct is right on 10-28% of validation questions (greedy), where "all" adds
+# five on which it is right on 0-4% (mixed fractions, place value, rounding, sorting, linear equations). "steps":
+# linear equations and bracketed sums after WORKED_DEMONSTRATION, where the model's replies are worked steps (at T 0.6,
+# 8 samples of 32 questions each: pass@1 0.074 on linear_1d and 0.102 on add_sub_multiple, 30% of questions mixed),
+# the task on which the advantage pipeline's planning-token stages have text to act on (docs/ADVANTAGE_REAL.md).
+MIXES: dict[str, Mix] = {
+    "all": Mix(MODULES),
+    "arithmetic": Mix(
+        (
+            ("arithmetic", "add_or_sub"),
+            ("arithmetic", "add_sub_multiple"),
+            ("arithmetic", "mul"),
+            ("arithmetic", "div"),
+        )
+    ),
+    "steps": Mix((("algebra", "linear_1d"), ("arithmetic", "add_sub_multiple")), WORKED_DEMONSTRATION),
+}
 DIFFICULTY_RANGE = (-1.0, 1.0)
 DEFAULT_DIFFICULTY = -1 / 3  # the third just below train-easy: ends where train-easy starts
 BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium / hard thirds
@@ -145,9 +175,16 @@ def prompt_text(question: str) -> str:
     return f"{question} {INSTRUCTION}"
 
 
-def prompt_messages(question: str) -> list[dict[str, str]]:
-    """The chat prompt of one row: ``DEMONSTRATION``, then the question with ``INSTRUCTION``."""
-    return [*(dict(m) for m in DEMONSTRATION), {"role": "user", "content": prompt_text(question)}]
+def prompt_messages(question: str, demonstration: Sequence[dict[str, str]] = DEMONSTRATION) -> list[dict[str, str]]:
+    """The chat prompt of one row: the demonstration (``DEMONSTRATION`` unless the mix names another), then the
+    question with ``INSTRUCTION``."""
+    return [*(dict(m) for m in demonstration), {"role": "user", "content": prompt_text(question)}]
+
+
+def demonstration_questions(demonstration: Sequence[dict[str, str]]) -> list[str]:
+    """The questions a demonstration asks (its user turns without ``INSTRUCTION``): never drawn as task questions."""
+    suffix = f" {INSTRUCTION}"
+    return [m["content"].removesuffix(suffix) for m in demonstration if m["role"] == "user"]
 
 
 def check_difficulty(difficulty: float) -> float:
@@ -248,13 +285,13 @@ def _draw_new(generate: Callable, module: tuple[str, str], seen: set[str], diffi
     )
 
 
-def items_table(items: Sequence[Item], split: str):
+def items_table(items: Sequence[Item], split: str, demonstration: Sequence[dict[str, str]] = DEMONSTRATION):
     """The rows in verl's RLHFDataset schema (verl_ext/dataset/schema.py)."""
     from verl_ext.dataset.schema import rl_table
 
     return rl_table(
         [data_source(it.module) for it in items],
-        [prompt_messages(it.question) for it in items],
+        [prompt_messages(it.question, demonstration) for it in items],
         [it.answer for it in items],
         [
             {"split": split, "index": i, "module": module_name(it.module), "question": it.question}
@@ -271,11 +308,14 @@ def write_split(
     difficulty: float = DEFAULT_DIFFICULTY,
     modules: Sequence[tuple[str, str]] = MODULES,
     exclude: Iterable[str] = (),
+    demonstration: Sequence[dict[str, str]] = DEMONSTRATION,
 ) -> str:
-    """Write one split (``sample_items`` as parquet) and return its path."""
+    """Write one split (``sample_items`` as parquet, none of the demonstration's questions) and return its path."""
     from verl_ext.dataset.schema import write_table
 
-    return write_table(items_table(sample_items(size, seed, difficulty, modules, exclude), split), path)
+    exclude = [*exclude, *demonstration_questions(demonstration)]
+    items = sample_items(size, seed, difficulty, modules, exclude)
+    return write_table(items_table(items, split, demonstration), path)
 
 
 def split_seeds(seed: int) -> tuple[int, int]:
@@ -289,7 +329,7 @@ def questions(path) -> list[str]:
     return [info["question"] for info in pd.read_parquet(path, columns=["extra_info"])["extra_info"]]
 
 
-def mix_modules(mix: str) -> tuple[tuple[str, str], ...]:
+def get_mix(mix: str) -> Mix:
     if mix not in MIXES:
         raise ValueError(f"mix must be one of {sorted(MIXES)}, got {mix!r}")
     return MIXES[mix]
@@ -302,6 +342,7 @@ def write_task(
     seed: int = 0,
     difficulty: float = DEFAULT_DIFFICULTY,
     modules: Sequence[tuple[str, str]] = MODULES,
+    demonstration: Sequence[dict[str, str]] = DEMONSTRATION,
 ) -> tuple[str, str]:
     """``out_dir/train.parquet`` and ``out_dir/val.parquet`` -> their paths. Validation is drawn from its own seed
     and skips every train question (drawing another in its place, so it keeps its size and its round-robin
@@ -312,7 +353,13 @@ def write_task(
         raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
     train_seed, val_seed = split_seeds(seed)
     train_path = write_split(
-        os.path.join(out_dir, "train.parquet"), train_size, train_seed, "train", difficulty, modules
+        os.path.join(out_dir, "train.parquet"),
+        train_size,
+        train_seed,
+        "train",
+        difficulty,
+        modules,
+        demonstration=demonstration,
     )
     val_path = write_split(
         os.path.join(out_dir, "val.parquet"),
@@ -322,6 +369,7 @@ def write_task(
         difficulty,
         modules,
         exclude=questions(train_path),
+        demonstration=demonstration,
     )
     return train_path, val_path
 
@@ -345,8 +393,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--difficulty", type=float, default=defaults["difficulty"], help="in [-1, 1]; 0 = train-easy")
     p.add_argument("--mix", default=defaults["mix"], choices=sorted(MIXES), help="which modules (MIXES)")
     args = p.parse_args(argv)
-    modules = mix_modules(args.mix)
-    paths = write_task(args.out_dir, args.train_size, args.val_size, args.seed, args.difficulty, modules)
+    mix = get_mix(args.mix)
+    paths = write_task(
+        args.out_dir, args.train_size, args.val_size, args.seed, args.difficulty, mix.modules, mix.demonstration
+    )
     for split, path in zip(("train", "val"), paths):
         counts = module_counts(path)
         print(f"{split}: {path} ({sum(counts.values())} rows)")

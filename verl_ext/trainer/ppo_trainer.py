@@ -58,12 +58,14 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.skip.skip_manager import SkipManager
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
+from verl_ext.config.preflight.config_checks import check_pass_at_k
 from verl_ext.metrics_log.console import ALL_SOURCES
 from verl_ext.metrics_log.run_log import RunLog
 from verl_ext.shared_prefix import FLAG as SHARED_PREFIX_FLAG
 from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
+from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
 
@@ -126,6 +128,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._profiling_step = False  # the current step is profiled: generate() profiles the rollout servers too
         self.max_steps_duration = 0.0  # longest step so far, for the ESI expiry check
         self.resume_epoch = 0
+        # responses per held-out prompt for pass@k at the last step and under val_only (sampled_eval.py); 0 = off
+        self.pass_at_k = check_pass_at_k(self.config.trainer.get("pass_at_k"))
 
     def _bypass_loss_for_workers(self) -> None:
         """Rollout-correction bypass mode: give the actor workers verl's `bypass_mode` policy loss and the correction
@@ -481,7 +485,10 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         too) and stops, whatever val_before_train says."""
         if not ((self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only):
             return
-        self.run_log.first_validation(self.global_steps, self._validate())
+        metrics = self._validate()
+        if val_only:
+            metrics.update(self.held_out_pass_at_k())
+        self.run_log.first_validation(self.global_steps, metrics)
 
     def _start_step(self, batches, first_step: int) -> tuple[DataProto, dict, dict] | None:
         """The step's (batch, metrics, timing_raw) from `batches`, or None when the data ran out. The profile window
@@ -514,6 +521,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if validates:
             with marked_timer("testing", timing_raw, color="green"):
                 metrics.update(self._validate())
+        if is_last and self.pass_at_k:
+            with marked_timer("pass_at_k", timing_raw, color="green"):
+                metrics.update(self.held_out_pass_at_k())
         with marked_timer("stop_profile", timing_raw):
             self._stop_profiling(
                 self.profile.stop(self.global_steps, is_last),
@@ -522,6 +532,16 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self._profiling_step = False
         self.max_steps_duration = max(self.max_steps_duration, timing_raw["step"])
         return batch
+
+    def held_out_pass_at_k(self) -> dict:
+        """`val-pass/<source>/pass@j` of the current weights: `trainer.pass_at_k` responses per validation prompt at
+        the training's sampling settings (sampled_eval.py); {} when off or without validation data."""
+        if not self.pass_at_k or self.val_dataset is None:
+            return {}
+        per_call = self.config.data.get("val_batch_size") or len(self.val_dataset)
+        desc = f"held-out pass@k: {self.pass_at_k} responses per prompt"
+        sampled = sample_counts(self, self.val_dataset, self.pass_at_k, int(per_call), "acc", desc=desc)
+        return pass_at_k_metrics(sampled)
 
     def _end_step(self, batch: DataProto) -> None:
         self.global_steps += 1

@@ -14,17 +14,14 @@ data source under `by_source`), `probe.png` (the histogram).
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
-from verl import DataProto
 
-from verl_ext.curriculum.memory import prompt_keys
 from verl_ext.curriculum.pass_rates import BINS, pass_histogram, predict_costs
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+from verl_ext.trainer.sampled_eval import sample_counts
 
 PASS_RATES_FILE = "pass_rates.jsonl"
 SUMMARY_FILE = "probe.json"
@@ -59,24 +56,16 @@ class PassRateProbeTrainer(ExtRayPPOTrainer):
         self.closing_lines = format_summary(summary, s.out_dir).splitlines()
 
     def _sample(self, s: ProbeSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        from torch.utils.data import DataLoader
-        from verl.utils.dataset.rl_dataset import collate_fn
-
-        loader = DataLoader(self.train_dataset, batch_size=s.prompts_per_call, shuffle=False, collate_fn=collate_fn)
-        key_column = self.config.curriculum.memory.key
-        counts, index, keys, sources = [], [], [], []
-        for batch_dict in tqdm(loader, desc=f"probe: {s.k} responses per prompt", unit="call"):
-            batch = DataProto.from_single_dict(batch_dict)
-            batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            nt = batch.non_tensor_batch
-            index.extend(_row_index(nt, len(batch), start=len(counts)))
-            keys.extend(prompt_keys(nt[key_column]).tolist() if key_column in nt else [None] * len(batch))
-            sources.extend(str(x) for x in nt.get("data_source", ["unknown"] * len(batch)))
-            out = self.generate(self._get_gen_batch(batch).repeat(repeat_times=s.k, interleave=True), {})
-            right = _right(out, s.metric).reshape(len(batch), s.k)
-            counts.extend(right.sum(axis=1).astype(int).tolist())
-        return np.array(counts), np.array(index), np.array(keys, dtype=object), np.array(sources, dtype=object)
+        sampled = sample_counts(
+            self,
+            self.train_dataset,
+            s.k,
+            s.prompts_per_call,
+            s.metric,
+            key_column=self.config.curriculum.memory.key,
+            desc=f"probe: {s.k} responses per prompt",
+        )
+        return sampled.counts, sampled.index, sampled.keys, sampled.sources
 
     def _summary(self, s: ProbeSettings, counts: np.ndarray) -> dict:
         cur = self.config.curriculum
@@ -104,21 +93,6 @@ def by_source(counts: np.ndarray, sources: np.ndarray, k: int) -> dict:
         c = counts[sources == source]
         out[source] = {"prompts": len(c), "pass@1": float(c.sum() / (k * len(c))), "histogram": pass_histogram(c, k)}
     return out
-
-
-def _row_index(nt: dict, size: int, start: int) -> list:
-    """extra_info.index when the data set has it (what the memory keys by with memory.key=index), else the row."""
-    extra = nt.get("extra_info")
-    if extra is not None and all(isinstance(e, dict) and "index" in e for e in extra):
-        return [e["index"] for e in extra]
-    return list(range(start, start + size))
-
-
-def _right(out: DataProto, metric: str) -> np.ndarray:
-    """Per response, 1 if the reward's `metric` (acc, ...) says right, else 0; the sequence score > 0 without it."""
-    if metric in out.non_tensor_batch:
-        return (np.asarray(out.non_tensor_batch[metric], dtype=float) > 0).astype(int)
-    return (out.batch["rm_scores"].sum(-1).numpy() > 0).astype(int)
 
 
 def write_outputs(
