@@ -17,6 +17,7 @@ from verl_ext.campaign.summary import (
     cost_band,
     cost_table,
     expand_keys,
+    final_markdown,
     final_table,
     first_reach,
     resolve_target,
@@ -84,8 +85,42 @@ def test_final_table_against_scipy(campaign):
     assert rows["fast"].diff == pytest.approx(np.mean(fast) - np.mean(base))
     assert rows["fast"].p == pytest.approx(stats.ttest_ind(fast, base, equal_var=False).pvalue, rel=1e-9)
     assert rows["fast"].ci[0] <= rows["fast"].diff <= rows["fast"].ci[1]
+    # paired by seed key: fast's seeds 0 and 1 against base's seeds 0 and 1 (base's seed 2 has no partner)
+    assert rows["fast"].paired.n == 2 and rows["fast"].paired.diff == pytest.approx(np.mean(fast) - np.mean(base[:2]))
+    assert rows["base"].paired is None
+    one = {"base": {0: campaign["base"][0]}, "fast": {0: campaign["fast"][0]}}
+    single = {r.condition: r for r in final_table(one, VAL, "base", bootstrap=500)}["fast"].paired
+    assert single.n == 1 and math.isnan(single.low) and single.diff == pytest.approx(fast[0] - base[0])
     with pytest.raises(KeyError, match="baseline"):
         final_table(campaign, VAL, "nope")
+
+
+def test_paired_difference_over_common_seeds_with_a_bca_interval():
+    """Each seed's own offset cancels in the paired difference: fast is base + 0.05 + small noise on every seed,
+    while the seeds spread by 0.1; the BCa interval (scipy's, over the pairs) holds 0.05 and excludes 0, where the
+    unpaired interval cannot tell the arms apart."""
+    noise = [0.004, -0.003, 0.001, -0.002, 0.0]
+    campaign = {
+        "base": {s: [{"step": 10, VAL: 0.1 * s}] for s in range(5)},
+        "fast": {s: [{"step": 10, VAL: 0.1 * s + 0.05 + noise[s]}] for s in range(5)},
+    }
+    rows = {r.condition: r for r in final_table(campaign, VAL, "base", bootstrap=2000)}
+    paired = rows["fast"].paired
+    diffs = [0.05 + x for x in noise]
+    assert paired.n == 5 and paired.method == "BCa" and paired.diff == pytest.approx(np.mean(diffs))
+    want = stats.bootstrap(
+        ([0.1 * s + 0.05 + noise[s] for s in range(5)], [0.1 * s for s in range(5)]),
+        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        paired=True,
+        n_resamples=2000,
+        method="BCa",
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    assert (paired.low, paired.high) == pytest.approx((want.low, want.high))
+    assert 0 < paired.low <= 0.05 <= paired.high
+    assert rows["fast"].ci[0] < 0 < rows["fast"].ci[1]  # unpaired: the seeds' spread swamps the effect
+    table = final_markdown(VAL, list(rows.values()), "base")
+    assert f"{paired.diff:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}] (5)" in table
 
 
 def test_table_at_a_step_compares_arms_step_for_step():

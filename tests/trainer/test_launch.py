@@ -102,3 +102,23 @@ def test_verl_run_ppo_still_runs_the_task_runner_as_run_relies_on():
     assert "runner = task_runner_class.remote()" in src
     assert "runner = task_runner_class.options(" in src
     assert "ray.get(runner.run.remote(config))" in src
+
+
+def test_mathgen_resolver_takes_a_mix_and_a_validation_size():
+    """`${mathgen:val,steps,64}`: the steps mix with 64 held-out questions; its training rows are the default's."""
+    import pandas as pd
+
+    from verl_ext.trainer.launch import _mathgen
+
+    small = _mathgen("val", "steps", 64)
+    assert len(pd.read_parquet(small)) == 64
+    assert set(pd.read_parquet(small)["data_source"]) == {
+        "mathgen/algebra__linear_1d",
+        "mathgen/arithmetic__add_sub_multiple",
+    }
+    train_small, train_default = (
+        pd.read_parquet(_mathgen("train", "steps", 64)),
+        pd.read_parquet(_mathgen("train", "steps")),
+    )
+    assert [i["question"] for i in train_small["extra_info"]] == [i["question"] for i in train_default["extra_info"]]
+    assert 0 < _mathgen("baseline", "steps", 64) < 1

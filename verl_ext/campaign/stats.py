@@ -9,6 +9,8 @@ its sample standard deviation (ddof = 1) and n, and against a baseline condition
 - A percentile bootstrap CI of mean_a - mean_b (Efron & Tibshirani 1993, ch. 13): each group resampled with
   replacement, independently (``scipy.stats.bootstrap``). With 2-3 seeds its interval is only as wide as the seeds'
   spread: read it as descriptive.
+- A paired difference: mean over seed pairs of a[i] - b[i] (same seed = same prompt order and initial model), with
+  a BCa bootstrap CI that resamples pairs, as below: what a per-condition ablation reports against its baseline.
 - A speed-up: the ratio mean(cost_a) / mean(cost_b) over seed pairs (same seed = same prompts and initial model in
   both conditions), with a BCa bootstrap CI that resamples pairs (``scipy.stats.bootstrap(paired=True)``; percentile
   when BCa is undefined, e.g. every resample alike). A CI that excludes 1 says the saving is not seed noise.
@@ -93,21 +95,57 @@ def paired_ratio_ci(
     a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
 ) -> RatioResult:
     """mean(a) / mean(b) for paired samples (a[i] and b[i] share seed i) with a bootstrap CI over the pairs."""
-    from scipy import stats
-
-    _check_bootstrap(n_boot, level)
-    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if xa.shape != xb.shape:
-        raise ValueError(f"paired samples need equal lengths, got {xa.size} and {xb.size}")
+    xa, xb = _pairs(a, b, n_boot, level)
     if xa.size == 0 or xb.mean() <= 0:
         return RatioResult(math.nan, math.nan, math.nan, int(xa.size), "")
     ratio = float(xa.mean() / xb.mean())
-    if xa.size < 2:
-        return RatioResult(ratio, math.nan, math.nan, 1, "")
 
     def statistic(x, y, axis):
         return np.mean(x, axis=axis) / np.mean(y, axis=axis)
 
+    low, high, method = _paired_bootstrap(xa, xb, statistic, n_boot, level, seed)
+    return RatioResult(ratio, low, high, int(xa.size), method)
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    diff: float  # mean over the pairs of a[i] - b[i]
+    low: float
+    high: float
+    n: int  # pairs
+    method: str  # "BCa" or "percentile" (when BCa is undefined), "" when n < 2
+
+
+def paired_diff_ci(
+    a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
+) -> PairedDiff:
+    """mean(a[i] - b[i]) for paired samples (a[i] and b[i] share seed i) with a BCa bootstrap CI that resamples the
+    pairs (percentile when BCa is undefined): the seed's own luck (its prompt order) cancels in each difference."""
+    xa, xb = _pairs(a, b, n_boot, level)
+    if xa.size == 0:
+        return PairedDiff(math.nan, math.nan, math.nan, 0, "")
+
+    def statistic(x, y, axis):
+        return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+    low, high, method = _paired_bootstrap(xa, xb, statistic, n_boot, level, seed)
+    return PairedDiff(float((xa - xb).mean()), low, high, int(xa.size), method)
+
+
+def _pairs(a: Sequence[float], b: Sequence[float], n_boot: int, level: float) -> tuple[np.ndarray, np.ndarray]:
+    _check_bootstrap(n_boot, level)
+    xa, xb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if xa.shape != xb.shape:
+        raise ValueError(f"paired samples need equal lengths, got {xa.size} and {xb.size}")
+    return xa, xb
+
+
+def _paired_bootstrap(xa, xb, statistic, n_boot: int, level: float, seed: int) -> tuple[float, float, str]:
+    """(low, high, method) of a bootstrap CI resampling pairs: BCa, else percentile, else nan (fewer than 2 pairs)."""
+    from scipy import stats
+
+    if xa.size < 2:
+        return math.nan, math.nan, ""
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # BCa on a degenerate sample warns and returns nan: fall back
@@ -122,8 +160,8 @@ def paired_ratio_ci(
             )
         low, high = float(r.confidence_interval.low), float(r.confidence_interval.high)
         if math.isfinite(low) and math.isfinite(high):
-            return RatioResult(ratio, low, high, int(xa.size), method)
-    return RatioResult(ratio, math.nan, math.nan, int(xa.size), "")
+            return low, high, method
+    return math.nan, math.nan, ""
 
 
 def _check_bootstrap(n_boot: int, level: float) -> None:

@@ -43,7 +43,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verl_ext.campaign.stats import RatioResult, Summary, bootstrap_diff_ci, paired_ratio_ci, summarize, welch_t_test
+from verl_ext.campaign.stats import (
+    PairedDiff,
+    RatioResult,
+    Summary,
+    bootstrap_diff_ci,
+    paired_diff_ci,
+    paired_ratio_ci,
+    summarize,
+    welch_t_test,
+)
 from verl_ext.metrics_log.plot import TIME_KEY as TIME_KEY  # re-exported: the cost keys are the plots' x axes
 from verl_ext.metrics_log.plot import TOKENS_KEY as TOKENS_KEY
 from verl_ext.metrics_log.plot import cumulative_at_steps, points_against
@@ -109,6 +118,7 @@ class FinalRow:
     diff: float  # mean - baseline mean
     p: float  # Welch two-sided, nan if undefined
     ci: tuple[float, float] | None  # bootstrap CI of diff, when asked for
+    paired: PairedDiff | None = None  # the difference over the seeds both ran, with its BCa CI, when asked for
 
 
 def final_table(
@@ -118,22 +128,25 @@ def final_table(
     baseline's: mean, std, difference, Welch p and optionally a bootstrap CI of the difference."""
     if baseline not in campaign:
         raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
-    finals = {
-        c: [v for recs in runs.values() if (v := final_value(recs, key, step)) is not None]
+    by_seed = {
+        c: {seed: v for seed, recs in runs.items() if (v := final_value(recs, key, step)) is not None}
         for c, runs in campaign.items()
     }
+    finals = {c: list(vals.values()) for c, vals in by_seed.items()}
     base = finals[baseline]
     base_mean = summarize(base).mean
     rows = []
     for cond, vals in finals.items():
         s = summarize(vals)
         is_base = cond == baseline
-        ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level) if bootstrap and not is_base else None
-        rows.append(
-            FinalRow(
-                cond, s, 0.0 if is_base else s.mean - base_mean, math.nan if is_base else welch_t_test(vals, base).p, ci
-            )
-        )
+        ci = paired = None
+        if bootstrap and not is_base:
+            ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level)
+            seeds = sorted(set(by_seed[cond]) & set(by_seed[baseline]))
+            a, b = [by_seed[cond][x] for x in seeds], [by_seed[baseline][x] for x in seeds]
+            paired = paired_diff_ci(a, b, n_boot=bootstrap, level=level)
+        diff = 0.0 if is_base else s.mean - base_mean
+        rows.append(FinalRow(cond, s, diff, math.nan if is_base else welch_t_test(vals, base).p, ci, paired))
     return rows
 
 
@@ -357,7 +370,7 @@ def final_markdown(
     with_ci = any(r.ci is not None for r in rows)
     head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
     if with_ci:
-        head.append(f"{level:.0%} CI of Δ (bootstrap)")
+        head += [f"{level:.0%} CI of Δ (bootstrap)", f"paired Δ [{level:.0%} CI, BCa] (pairs)"]
     title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -371,8 +384,17 @@ def final_markdown(
         ]
         if with_ci:
             cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
+            cells.append(_paired_cell(r.paired))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _paired_cell(p: PairedDiff | None) -> str:
+    if p is None or not math.isfinite(p.diff):
+        return "-"
+    interval = f" [{p.low:+.3f}, {p.high:+.3f}]" if math.isfinite(p.low) else ""
+    method = "" if p.method in ("", "BCa") else f", {p.method}"
+    return f"{p.diff:+.3f}{interval} ({p.n}{method})"
 
 
 def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:

@@ -24,9 +24,10 @@ def _smollm2(what: str = "model") -> str:
     return str(ensure_smollm2())
 
 
-def _mathgen(what: str, mix: str = "all") -> str | float:
-    """`${mathgen:train|val|root|baseline[,MIX]}`: the generated math task at its default parameters, all modules or
-    a named mix (verl_ext.mathgen.task.MIXES), written on first use; baseline is the best constant answer's accuracy
+def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | float:
+    """`${mathgen:train|val|root|baseline[,MIX[,VAL_SIZE]]}`: the generated math task at its default parameters, all
+    modules or a named mix (verl_ext.mathgen.task.MIXES), with VAL_SIZE validation questions (default TaskSpec's;
+    the training rows do not depend on it), written on first use; baseline is the best constant answer's accuracy
     on the validation split."""
     from verl_ext.mathgen.cache import ensure_task
     from verl_ext.mathgen.task import TaskSpec, constant_answer_baseline
@@ -34,7 +35,8 @@ def _mathgen(what: str, mix: str = "all") -> str | float:
     choices = ("train", "val", "root", "baseline")
     if what not in choices:
         raise ValueError(f"${{mathgen:{what}}}: choose one of {list(choices)}")
-    root = ensure_task(TaskSpec(mix=mix))
+    spec = TaskSpec(mix=mix) if val_size is None else TaskSpec(mix=mix, val_size=int(val_size))
+    root = ensure_task(spec)
     if what == "baseline":
         return constant_answer_baseline(root / "val.parquet")[1]
     return str(root if what == "root" else root / f"{what}.parquet")
@@ -42,7 +44,8 @@ def _mathgen(what: str, mix: str = "all") -> str | float:
 
 def register_lazy_resolvers() -> None:
     """`${tiny_assets:model|train|val|root|baseline}` for the toy presets, `${smollm2:model}` and
-    `${mathgen:train|val|root|baseline[,mix]}` for the real-model presets; each package loads on first use only."""
+    `${mathgen:train|val|root|baseline[,mix[,val_size]]}` for the real-model presets; each package loads on first
+    use only."""
     for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

@@ -4,6 +4,12 @@ SmolLM2-135M-Instruct as released (its real tokenizer, chat template and Llama w
 one training step (screening, continuation and update in fused generation calls) through vLLM and FSDP2, the model's
 own answers scored by math_verify; the closing summary reaches the driver's stdout last.
 
+The step trains with the advantage pipeline's MaxRL + GTPO + HICRA (`gtpo_hicra`) on the "steps" task, whose replies
+are worked steps, with the strategic grams mined from this model's replies (preset real_steps): what only a real
+model exercises is that its own text holds planning tokens (the tiny model's one-digit answers never do) and that
+the token advantages move off the episode advantages (GTPO on its real surprisal, HICRA on the planning tokens).
+The run also samples the held-out pass@k at its last step (`trainer.pass_at_k`).
+
 The trainer runs inside a Ray actor; lines printed there just before Ray shuts down can be dropped by Ray's log
 forwarding (a `make demo` ended on its last step line). The summary is returned by the task and printed by the
 driver after Ray is down. The workers run this checkout's code: the subprocess gets it first on PYTHONPATH, which
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import backend_overrides
 from verl_ext.metrics_log import read_jsonl
@@ -36,11 +44,13 @@ TRAIN_BATCH, N_SCREEN, N_CONTINUE = 2, 4, 2
 def _overrides(out: Path) -> list[str]:
     return [
         *backend_overrides(),
-        "+preset=real",
+        "+preset=real_steps",
+        "algorithm.adv_estimator=gtpo_hicra",
+        "trainer.pass_at_k=2",
         f"data.train_batch_size={TRAIN_BATCH}",
         "data.gen_batch_size=6",
-        "data.max_response_length=48",
-        "data.val_max_samples=8",  # a fixed subset (data.seed) of the preset's four arithmetic modules
+        "data.max_response_length=64",
+        "data.val_max_samples=8",  # a fixed subset (data.seed) of the preset's two modules
         "data.seed=0",
         f"actor_rollout_ref.rollout.n={N_SCREEN}",
         f"actor_rollout_ref.rollout.n_continue={N_CONTINUE}",
@@ -100,11 +110,22 @@ def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
     # validation reports every module and their pooled accuracy
     modules = [k for k in row if k.startswith("val-core/mathgen/") and k.endswith("/acc/mean@1")]
     assert len(modules) >= 2
+    # held-out pass@k at the last step: 2 samples a question at the training temperature, per module and pooled
+    assert 0 <= row["val-pass/all/pass@1"] <= row["val-pass/all/pass@2"] <= 1
+    assert {k.split("/")[1] for k in row if k.startswith("val-pass/")} == {k.split("/")[1] for k in modules} | {"all"}
+    # HICRA found planning tokens in the model's own replies, and the token advantages moved off the episode ones:
+    # every planning token of a trained response (all mixed: MaxRL's A_i != 0) moved, and GTPO moved more
+    assert 0 < row["adv/planning_token_frac"] < 1, row["adv/planning_token_frac"]
+    assert row["adv/token_moved_frac"] >= row["adv/planning_token_frac"], row
+    assert row["adv/plan_u_mean_before"] > 0 and row["adv/exec_u_mean_before"] > 0
 
     tok = AutoTokenizer.from_pretrained(ensure_smollm2())
     dumped = [json.loads(line) for p in sorted((tmp_path / "rollouts").glob("*.jsonl")) for line in open(p)]
     assert len(dumped) == TRAIN_BATCH * N
     boxed = 0
+    preset = yaml.safe_load((ROOT / "recipe/fast_dapo/config/preset/real_steps.yaml").read_text())
+    grams = preset["algorithm"]["strategic_grams"]
+    with_gram = 0
     for d in dumped:
         # the chat template as the model was released (verl's dump drops the special tokens): its default system
         # line, the worked example, the question, the assistant's turn
@@ -115,7 +136,9 @@ def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
         # the trainer's score is math_verify's on the model's own answer
         assert compute_score("mathgen", d["output"], d["gts"])["score"] == d["score"]
         boxed += "\\boxed{" in d["output"]
+        with_gram += any(re.search(rf"\b{re.escape(g)}\b", d["output"], re.IGNORECASE) for g in grams)
     assert boxed > 0 and 0 < sum(d["score"] for d in dumped) < len(dumped)
+    assert with_gram > 0, "the mined grams are in the model's own text"
     val = [json.loads(line) for p in (tmp_path / "validation").glob("*.jsonl") for line in open(p)]
     assert len(val) == 8 and {d["score"] for d in val} <= {0.0, 1.0}
 
