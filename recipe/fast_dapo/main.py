@@ -6,11 +6,16 @@ print the run's plan and exit after the pre-flight check (verl_ext/config/prefli
 
 from __future__ import annotations
 
+from verl_ext.metrics_log.terminal import capture_early
+
+if __name__ == "__main__":  # first: what the imports below print goes to the run's log (metrics_log/terminal.py)
+    capture_early()
+
 import sys
 
 import hydra
 
-from verl_ext.config.preflight import gate, translate_check_flag
+from verl_ext.config.preflight import translate_check_flag
 from verl_ext.trainer.launch import register_lazy_resolvers
 
 register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
@@ -37,11 +42,10 @@ def check(config, files: str = "full"):
 def main(config):
     from verl.utils.device import auto_set_device
 
-    from verl_ext.trainer.launch import run
+    from verl_ext.trainer.launch import drive
 
     auto_set_device(config)
-    if gate("fast_dapo", config, check):
-        run(config)
+    drive("fast_dapo", config, check)
 
 
 if __name__ == "__main__":

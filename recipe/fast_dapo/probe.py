@@ -10,6 +10,11 @@ model, rollout and reward, then prints and writes the pass@k histogram and the c
 
 from __future__ import annotations
 
+from verl_ext.metrics_log.terminal import capture_early
+
+if __name__ == "__main__":  # first: what the imports below print goes to the run's log (metrics_log/terminal.py)
+    capture_early()
+
 import hydra
 
 from verl_ext.trainer.launch import register_lazy_resolvers
@@ -21,18 +26,23 @@ register_lazy_resolvers()
 def main(config):
     from verl.utils.device import auto_set_device
 
-    from recipe.fast_dapo.config_check import prepare_config
-    from verl_ext.config.errors import ConfigError
-    from verl_ext.trainer.launch import run
+    from verl_ext.trainer.launch import drive
 
     as_probe(config)
     auto_set_device(config)
-    prepare_config(config)
+    drive("probe", config, check)
+
+
+def check(config, files: str = "full"):
+    """The probe's settings, then the pre-flight of the run it measures (its plan)."""
+    from recipe.fast_dapo.main import check as run_check
+    from verl_ext.config.errors import ConfigError
+
     if int(config.probe.k) < 1 or int(config.probe.prompts_per_call) < 1:
         raise ConfigError(
             f"probe.k and probe.prompts_per_call must be >= 1, got {config.probe.k}, {config.probe.prompts_per_call}"
         )
-    run(config)
+    return run_check(config, files)
 
 
 def as_probe(config) -> None:

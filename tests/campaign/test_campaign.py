@@ -117,9 +117,19 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
     assert first.returncode == 1 and "2 of 4 runs failed: ['bad_s1', 'bad_s2']" in first.stdout, (
         first.stdout + first.stderr
     )
+    # one line per run started and ended, counted, with the time left from the finished runs (seed-major order)
+    lines = [line for line in first.stdout.splitlines() if line.startswith("[campaign] ")]
+    assert lines[0] == "[campaign] demo: 4 runs, 0 done before, 4 to run"
+    assert lines[1:3] == ["[campaign] 1/4 good_s1: started", lines[2]] and lines[2].startswith(
+        "[campaign] 1/4 good_s1: finished in 0 min; 3 left, ~0 min (mean of 1 finished)"
+    )
+    assert lines[3] == "[campaign] 2/4 bad_s1: started" and lines[4].startswith(
+        "[campaign] 2/4 bad_s1: FAILED (exit 3)"
+    )
+    assert lines[7].startswith("[campaign] 4/4 bad_s2: started") and "FAILED" in lines[8]
     good = tmp_path / "out" / "demo" / "good_s2"
     assert is_done(good) and not is_done(tmp_path / "out" / "demo" / "bad_s1")
     assert (tmp_path / "out" / "demo" / "curves.png").stat().st_size > 5000
     second = subprocess.run(cmd + ["--only", "good"], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert second.returncode == 0 and "good_s1: done, skipped" in second.stderr + second.stdout
+    assert second.returncode == 0 and "[campaign] demo: 2 runs, 2 done before, 0 to run" in second.stdout
     assert (good / "calls").read_text() == "x"  # not run again

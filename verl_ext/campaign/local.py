@@ -6,37 +6,63 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
-
-from tqdm import tqdm
 
 from verl_ext.campaign.spec import CampaignSpec, RunPlan, is_done, mark_done
 from verl_ext.launch.artifacts import METRICS_FILE
 from verl_ext.metrics_log.plot import plot_runs
 
+CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
+
 
 def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -> list[str]:
-    """Run each plan (`python -m <entry> <overrides>`, output in <run>/run.log) unless its DONE file exists; a failed
-    run is reported and the others still run. Returns the failed runs' labels. `dry_run`: print the commands only."""
-    failed = []
-    for run in tqdm(plans, desc=f"campaign {spec.name}", unit="run"):
+    """Run each plan (`python -m <entry> <overrides>`; the driver's own full log in <run>/run.log, what it shows in
+    <run>/console.log) unless its DONE file exists; a failed run is reported and the others still run. One line per
+    run started and ended, with the count and the time left estimated from the runs finished so far. Returns the
+    failed runs' labels. `dry_run`: print the commands only."""
+    failed: list[str] = []
+    durations: list[float] = []
+    todo = [run for run in plans if not is_done(run.run_dir)]
+    if not dry_run:
+        print(f"[campaign] {spec.name}: {len(plans)} runs, {len(plans) - len(todo)} done before, {len(todo)} to run")
+    for i, run in enumerate(todo, start=1):
         cmd = [sys.executable, "-m", spec.entry, *run.overrides]
         if dry_run:
             print(" ".join(cmd))
             continue
-        if is_done(run.run_dir):
-            tqdm.write(f"[campaign] {run.label}: done, skipped")
-            continue
+        print(f"[campaign] {i}/{len(todo)} {run.label}: started", flush=True)
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(run.run_dir / "run.log", "a") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        start = time.monotonic()
+        with open(run.run_dir / CONSOLE_FILE, "a") as console:
+            rc = subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT).returncode
+        took = time.monotonic() - start
         if rc == 0:
             mark_done(run.run_dir)
-            tqdm.write(f"[campaign] {run.label}: finished")
+            durations.append(took)
+            left = progress(durations, len(todo) - i)
+            print(f"[campaign] {i}/{len(todo)} {run.label}: finished in {_minutes(took)}; {left}", flush=True)
         else:
             failed.append(run.label)
-            tqdm.write(f"[campaign] {run.label}: FAILED (exit {rc}), see {run.run_dir / 'run.log'}")
+            print(
+                f"[campaign] {i}/{len(todo)} {run.label}: FAILED (exit {rc}) after {_minutes(took)}, see "
+                f"{run.run_dir / 'run.log'}",
+                flush=True,
+            )
     return failed
+
+
+def progress(durations: list[float], left: int) -> str:
+    """What is left, with its time estimated from the finished runs' mean duration."""
+    if left == 0:
+        return "none left"
+    if not durations:
+        return f"{left} left"
+    return f"{left} left, ~{_minutes(left * sum(durations) / len(durations))} (mean of {len(durations)} finished)"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def plot_curves(spec: CampaignSpec, plans: list[RunPlan], root: Path) -> None:

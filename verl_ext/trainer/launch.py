@@ -1,10 +1,13 @@
 """Run a verl TaskRunner from a driver process, print the run's closing lines there (the TaskRunner returns them), and
 leave the machine clean afterwards (Ray down; on the CPU backend, leaked vLLM shared-memory segments unlinked). Used
-by the recipes' `main.py` entry points, which also register the `${tiny_assets:...}`, `${smollm2:...}` and
+by the recipes' `main.py` entry points (`drive`: the pre-flight gate and the run, in the driver's quiet terminal,
+verl_ext/metrics_log/terminal.py), which also register the `${tiny_assets:...}`, `${smollm2:...}` and
 `${mathgen:...}` resolvers here, so that the packages behind them load only when a config (a preset) uses them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -51,7 +54,22 @@ def register_lazy_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-def run(config: DictConfig, task_runner_class=None) -> list[str]:
+def drive(what: str, config: DictConfig, check: Callable, task_runner_class=None) -> None:
+    """A recipe driver's whole run: the pre-flight gate (`check`: the recipe's settings, then `preflight`; the plan),
+    then the run, inside the terminal that shows the user lines and keeps everything else in the run's log
+    (`<trainer.default_local_dir>/run.log`). With `+check_only=true` (nothing starts) or `VERL_EXT_VERBOSE=1`, plain
+    printing and no log file."""
+    from verl_ext.config.preflight import gate
+    from verl_ext.config.preflight.gate import CHECK_ONLY_KEY
+    from verl_ext.metrics_log.terminal import Terminal
+
+    run_dir = OmegaConf.select(config, "trainer.default_local_dir") or "outputs"
+    with Terminal(run_dir, enabled=CHECK_ONLY_KEY not in config) as terminal:
+        if gate(what, config, check, show=terminal.show):
+            run(config, task_runner_class, show=terminal.show)
+
+
+def run(config: DictConfig, task_runner_class=None, show: Callable[[str], None] | None = None) -> list[str]:
     """Run the TaskRunner through verl's `run_ppo`, then print the lines its `run` returned (the trainer's closing
     lines: the run summary, the probe's report) here in the driver, last, and return them. Printed inside the Ray
     actor, just before shutdown, Ray's log forwarding could drop them."""
@@ -78,8 +96,12 @@ def run(config: DictConfig, task_runner_class=None) -> list[str]:
         if cleanup:
             unlink_orphaned_shm(before)
     for line in lines:
-        print(line, flush=True)
+        (show or _print)(line)
     return lines
+
+
+def _print(text: str) -> None:
+    print(text, flush=True)
 
 
 class KeepsRunResult:

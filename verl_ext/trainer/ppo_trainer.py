@@ -61,6 +61,7 @@ from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController
 from verl_ext.config.preflight.config_checks import check_pass_at_k
 from verl_ext.metrics_log.console import ALL_SOURCES
 from verl_ext.metrics_log.run_log import RunLog
+from verl_ext.metrics_log.terminal import phase
 from verl_ext.shared_prefix import FLAG as SHARED_PREFIX_FLAG
 from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
@@ -485,6 +486,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         too) and stops, whatever val_before_train says."""
         if not ((self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only):
             return
+        phase(f"validating on {len(self.val_dataset)} held-out prompts")
         metrics = self._validate()
         if val_only:
             metrics.update(self.held_out_pass_at_k())

@@ -24,6 +24,9 @@ class ExtTaskRunner(BaseTaskRunner):
         from verl.utils.import_utils import load_class_from_fqn
         from verl.workers.config import HFModelConfig
 
+        from verl_ext.metrics_log.terminal import phase
+
+        phase("Ray started, task runner up")
         OmegaConf.resolve(config)
         _, worker_group_cls = self.add_actor_rollout_worker(config)
         self.add_critic_worker(config)
@@ -40,6 +43,7 @@ class ExtTaskRunner(BaseTaskRunner):
         val_dataset = create_rl_dataset(
             data.val_files, data, tokenizer, processor, is_train=False, max_samples=data.get("val_max_samples", -1)
         )
+        phase(f"data: {len(train_dataset)} training prompts, {len(val_dataset)} validation prompts")
         trainer_cls = load_class_from_fqn(config.trainer.get("trainer_cls") or DEFAULT_TRAINER, "trainer")
         trainer = trainer_cls(
             config=config,
@@ -54,6 +58,7 @@ class ExtTaskRunner(BaseTaskRunner):
             train_sampler=create_rl_sampler(data, train_dataset),
         )
         trainer.init_workers()
+        phase("workers up: the actor (FSDP) and the rollout server (vLLM)")
         try:
             trainer.fit()
         except BaseException:

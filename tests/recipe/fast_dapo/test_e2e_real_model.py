@@ -34,6 +34,7 @@ import yaml
 from tests.conftest import backend_overrides
 from verl_ext.metrics_log import read_jsonl
 from verl_ext.metrics_log.console import run_summary, val_accuracy
+from verl_ext.metrics_log.terminal import user_line
 
 pytestmark = pytest.mark.e2e
 
@@ -142,14 +143,36 @@ def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
     val = [json.loads(line) for p in (tmp_path / "validation").glob("*.jsonl") for line in open(p)]
     assert len(val) == 8 and {d["score"] for d in val} <= {0.0, 1.0}
 
-    # the closing summary (validation accuracy, the baseline the preset names, the log, the curves) comes last on
-    # the driver's stdout, printed once, by the driver
+    # What the user reads (docs/TERMINAL.md): the log's path, the plan, the start-up phases, the step line and the
+    # closing summary, nothing else; everything else is in the run's log.
     lines = r.stdout.splitlines()
+    run_log = tmp_path / "run.log"
+    assert lines[0] == f"[verl_ext] full log: {run_log}" and lines[1] == "[preflight] fast_dapo: the run's plan"
+    after_plan = lines[
+        next(i for i, line in enumerate(lines) if not line.startswith(("[preflight]", "  ", "[verl_ext] full"))) :
+    ]
+    assert all(user_line(line) == line for line in after_plan), after_plan
+    # the start-up phases as they completed, each with the seconds since the driver started
+    phases = [re.sub(r" \(\d+ s\)$", "", line) for line in after_plan if line.startswith("[verl_ext]")][:3]
+    assert phases == [
+        "[verl_ext] Ray started, task runner up",
+        "[verl_ext] data: 2048 training prompts, 8 validation prompts",
+        "[verl_ext] workers up: the actor (FSDP) and the rollout server (vLLM)",
+    ], after_plan
     acc = val_accuracy(row)
-    assert any("step 1/1 |" in line and f"val acc {acc:.3f}" in line for line in lines), "the compact line"
+    steps = [line for line in after_plan if line.startswith("step ")]
+    assert len(steps) == 1 and steps[0].startswith("step 1/1 |") and f"val acc {acc:.3f}" in steps[0]
+    # the closing summary (validation accuracy, the log, the curves) comes last, printed once, by the driver
     summary = lines[-3:]
     assert summary[0].startswith(f"[verl_ext] validation accuracy {acc:.3f} -> {acc:.3f} ("), lines[-20:]
     log, plot = str(tmp_path / "metrics.jsonl"), str(tmp_path / "metrics.png")
     assert summary[1:] == run_summary(acc, acc, None, log, plot).splitlines()[1:], lines[-20:]
-    assert sum("[verl_ext] metrics log:" in line for line in lines + r.stderr.splitlines()) == 1, "the driver's only"
+    assert sum("[verl_ext] metrics log:" in line for line in lines) == 1, "the driver's only"
     assert (tmp_path / "metrics.png").exists()
+    # the chatter a user cannot act on (what a fresh clone's `make demo-real` printed): in the log, not on screen
+    noise = ["engine is not available", "Legacy trainer is deprecated", "[validate_config]", "Triton", "(WorkerDict"]
+    full = run_log.read_text()
+    for text in noise:
+        assert text not in r.stdout + r.stderr, text
+    assert sum(text in full for text in noise) >= 4, "the log keeps what the terminal leaves out"
+    assert r.stderr == ""

@@ -44,24 +44,34 @@ def translate_check_flag(argv: list[str]) -> list[str]:
 
 
 @contextmanager
-def failing_cleanly(what: str) -> Iterator[None]:
-    """A bad config ends the driver with its message and exit code 2, not a traceback from deep in a check."""
+def failing_cleanly(what: str, show: Callable[[str], None] | None = None) -> Iterator[None]:
+    """A bad config ends the driver with its message and exit code 2, not a traceback from deep in a check. `show`
+    says it (default: print to stderr)."""
     try:
         yield
     except ValueError as e:  # ConfigError, and the plain ValueErrors of older settings checks
-        print(f"[preflight] {what}: bad config, nothing started:\n{e}", file=sys.stderr, flush=True)
+        message = f"[preflight] {what}: bad config, nothing started:\n{e}"
+        if show is None:
+            print(message, file=sys.stderr, flush=True)
+        else:
+            show(message)
         raise SystemExit(2) from e
 
 
-def gate(what: str, cfg: DictConfig, check: Callable[[DictConfig], Plan]) -> bool:
-    """The drivers' one call before `ray.init`: run `check` (the recipe's settings, then `preflight`), print the plan,
-    and say whether to start the run (False after `+check_only=true`). A bad config exits 2 with its message."""
-    with failing_cleanly(what):
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+def gate(what: str, cfg: DictConfig, check: Callable[[DictConfig], Plan], show: Callable[[str], None] = _print) -> bool:
+    """The drivers' one call before `ray.init`: run `check` (the recipe's settings, then `preflight`), show the plan
+    (`show`: the driver's terminal), and say whether to start the run (False after `+check_only=true`). A bad config
+    exits 2 with its message."""
+    with failing_cleanly(what, None if show is _print else show):
         check_only = check_only_requested(cfg)
         plan = check(cfg)
-    print(plan.render(), flush=True)
+    show(plan.render())
     if check_only:
-        print(f"[preflight] {what}: check passed; check_only=true, so nothing was started", flush=True)
+        show(f"[preflight] {what}: check passed; check_only=true, so nothing was started")
     return not check_only
 
 

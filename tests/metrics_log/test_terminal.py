@@ -1,0 +1,182 @@
+"""The driver's quiet terminal (verl_ext/metrics_log/terminal.py): a real driver-like process with a child process
+writing to the inherited stdout/stderr (as Ray's processes do), its terminal output read as a user sees it and its
+log file read back."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from verl_ext.metrics_log.terminal import LOG_NAME, VERBOSE_ENV, failure_cause, user_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DRIVER = textwrap.dedent(
+    """
+    import subprocess, sys, warnings
+    from verl_ext.metrics_log.terminal import Terminal, capture_early, phase
+    capture_early()
+    warnings.warn("an import-time warning nobody can act on")
+    RAY_LINE = "\\x1b[36m(ExtTaskRunner pid=17680)\\x1b[0m "
+    with Terminal(sys.argv[1]) as t:
+        t.show("[preflight] fast_dapo: the run's plan\\n  model      /some/model")
+        print("(raylet) a Ray notice")
+        phase("Ray started, task runner up")
+        child = (
+            "import sys;"
+            f"print({RAY_LINE!r} + 'step 1/2 | reward 0.500 | 3.1 s');"
+            "print('\\\\x1b[33m(WorkerDict pid=1)\\\\x1b[0m UserWarning: torch_dtype is deprecated', file=sys.stderr);"
+            "sys.stderr.write('Training Progress:  50%|#####     | 1/2\\\\r');"
+            f"print({RAY_LINE!r} + 'step 2/2 | reward 0.750 | val acc 0.250 | 2.0 s [repeated 2x across cluster]')"
+        )
+        subprocess.run([sys.executable, "-c", child], check=True)
+        if sys.argv[2] == "fail":
+            raise ValueError("the reward function broke (from a worker)")
+        if sys.argv[2] == "interrupt":
+            raise KeyboardInterrupt
+        t.show("[verl_ext] validation accuracy 0.100 -> 0.250")
+    """
+)
+
+
+def _drive(tmp_path: Path, mode: str, verbose: bool = False) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != VERBOSE_ENV}
+    env["PYTHONPATH"] = str(ROOT)
+    if verbose:
+        env[VERBOSE_ENV] = "1"
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    return subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run"), mode], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_the_terminal_shows_the_user_lines_and_the_log_keeps_everything(tmp_path):
+    r = _drive(tmp_path, "ok")
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "run" / LOG_NAME
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"[verl_ext] full log: {log}"
+    assert lines[1:3] == ["[preflight] fast_dapo: the run's plan", "  model      /some/model"]
+    assert lines[3].startswith("[verl_ext] Ray started, task runner up (") and lines[3].endswith(" s)")
+    assert lines[4:] == [
+        "step 1/2 | reward 0.500 | 3.1 s",
+        "step 2/2 | reward 0.750 | val acc 0.250 | 2.0 s",
+        "[verl_ext] validation accuracy 0.100 -> 0.250",
+    ]
+    assert r.stderr == ""
+    text = log.read_text()
+    for kept in (
+        "an import-time warning nobody can act on",  # held from the driver's first line
+        "(raylet) a Ray notice",
+        "UserWarning: torch_dtype is deprecated",
+        "Training Progress:  50%",
+        "(ExtTaskRunner pid=17680)",
+        "step 2/2 | reward 0.750",
+        "[verl_ext] validation accuracy 0.100 -> 0.250",
+    ):
+        assert kept in text, kept
+    assert "verl_ext-terminal-sync" not in text
+
+
+def test_a_failed_run_shows_its_cause_and_the_log_and_keeps_the_traceback_in_the_log(tmp_path):
+    r = _drive(tmp_path, "fail")
+    log = tmp_path / "run" / LOG_NAME
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[-2:] == [
+        "[verl_ext] run failed: ValueError: the reward function broke (from a worker)",
+        f"[verl_ext] full log: {log}",
+    ]
+    assert "Traceback" not in r.stdout + r.stderr
+    assert "Traceback (most recent call last)" in log.read_text()
+
+
+def test_ctrl_c_says_the_run_stopped_and_exits_130(tmp_path):
+    r = _drive(tmp_path, "interrupt")
+    assert r.returncode == 130
+    assert r.stdout.splitlines()[-2] == "[verl_ext] interrupted: the run stopped (checkpoints saved so far are kept)"
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_verbose_prints_everything_and_writes_no_log(tmp_path):
+    r = _drive(tmp_path, "ok", verbose=True)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "an import-time warning" in out and "(raylet) a Ray notice" in out and "(ExtTaskRunner pid=17680)" in out
+    assert not (tmp_path / "run" / LOG_NAME).exists()
+
+
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        (
+            "\x1b[36m(ExtTaskRunner pid=17680)\x1b[0m step  3/16 | reward 0.250 | 38.1 s",
+            "step  3/16 | reward 0.250 | 38.1 s",
+        ),
+        ("(TaskRunner pid=12, ip=10.0.0.2) [verl_ext] workers up (52 s)", "[verl_ext] workers up (52 s)"),
+        ("step 0/16 | val acc 0.167\r\n", "step 0/16 | val acc 0.167"),
+        ("[verl_ext] metrics log: out/metrics.jsonl", "[verl_ext] metrics log: out/metrics.jsonl"),
+        ("(vLLMHttpServer pid=1) WARNING Triton is not installed", None),
+        ("[validate_config] All configuration checks passed successfully!", None),
+        ("(ExtTaskRunner pid=1) stepping through the stepper", None),
+        ("Training Progress:  50%|#####     | 8/16", None),
+    ],
+)
+def test_user_lines(raw, shown):
+    assert user_line(raw) == shown
+
+
+def test_failure_cause_is_the_innermost_error_line_of_a_remote_traceback():
+    remote = RuntimeError(
+        "ray::ExtTaskRunner.run() (pid=1, ip=10.0.0.1)\n  File \"x.py\", line 3, in f\n    raise ValueError('boom')\n"
+        "ValueError: boom"
+    )
+    assert failure_cause(remote) == "ValueError: boom"
+    assert failure_cause(OSError("disk full")) == "OSError: disk full"
+
+
+@pytest.mark.e2e
+def test_a_run_that_fails_inside_ray_shows_the_cause_and_the_log_within_a_few_lines(tmp_path):
+    """A real driver (`python -m recipe.fast_dapo.main`, the tiny preset) whose dataset fails to load in the task
+    runner: the terminal ends with the cause and the log's path, the workers' tracebacks are in the log only."""
+    env = {k: v for k, v in os.environ.items() if k not in (VERBOSE_ENV, "RAY_ADDRESS")}
+    ray_tmp = tempfile.mkdtemp(prefix="vxf-", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
+    env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=ray_tmp)
+    run_dir = tmp_path / "run"
+    args = [
+        "+preset=cpu_demo",
+        f"data.custom_cls.path={ROOT / 'tests' / 'metrics_log' / 'failing_dataset.py'}",
+        "data.custom_cls.name=FailsToLoad",
+        f"trainer.default_local_dir={run_dir}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    ]
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "recipe.fast_dapo.main", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=600,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert lines[0] == f"[verl_ext] full log: {run_dir / LOG_NAME}"
+    assert lines[-2:] == [
+        "[verl_ext] run failed: RuntimeError: the training data could not be read (the test's failing dataset)",
+        f"[verl_ext] full log: {run_dir / LOG_NAME}",
+    ]
+    plan_end = next(i for i, line in enumerate(lines) if line.startswith("[verl_ext] Ray started"))
+    assert len(lines) - plan_end <= 4, lines[plan_end:]  # Ray's phase line, then the cause and the log
+    assert "Traceback" not in r.stdout + r.stderr and r.stderr == ""
+    log = (run_dir / LOG_NAME).read_text()
+    assert "Traceback (most recent call last)" in log and "FailsToLoad" in log
