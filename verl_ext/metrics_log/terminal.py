@@ -130,6 +130,7 @@ class Terminal:
         self.log_path = Path(run_dir) / LOG_NAME
         self.enabled = enabled and not verbose()
         self._tty = None
+        self._tty_err = None
         self._log = None
         self._saved: tuple[int, int] | None = None
         self._relay: threading.Thread | None = None
@@ -151,6 +152,7 @@ class Terminal:
         release_early(self._log)
         self._saved = (os.dup(1), os.dup(2))
         self._tty = os.fdopen(os.dup(self._saved[0]), "w", buffering=1)
+        self._tty_err = os.fdopen(os.dup(self._saved[1]), "w", buffering=1)
         self.show(f"{PREFIX} full log: {self.log_path}")
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, 1)
@@ -174,22 +176,29 @@ class Terminal:
         if exc is None or isinstance(exc, SystemExit):
             return False
         if isinstance(exc, KeyboardInterrupt):
-            self.show(f"{PREFIX} interrupted: the run stopped (checkpoints saved so far are kept)")
-            self.show(f"{PREFIX} full log: {self.log_path}")
+            self.error(f"{PREFIX} interrupted: the run stopped (checkpoints saved so far are kept)")
+            self.error(f"{PREFIX} full log: {self.log_path}")
             raise SystemExit(130) from None
-        self.show(f"{PREFIX} run failed: {failure_cause(exc)}")
-        self.show(f"{PREFIX} full log: {self.log_path}")
+        self.error(f"{PREFIX} run failed: {failure_cause(exc)}")
+        self.error(f"{PREFIX} full log: {self.log_path}")
         raise SystemExit(1) from None
 
     def show(self, text: str) -> None:
         """Lines for the user: to the terminal, and to the log, after every line the run printed before them."""
+        self._say(text, self._tty, sys.stdout)
+
+    def error(self, text: str) -> None:
+        """`show`, on the terminal's stderr: why the run stopped."""
+        self._say(text, self._tty_err, sys.stderr)
+
+    def _say(self, text: str, tty, plain) -> None:
         if not self.enabled:
-            print(text, flush=True)
+            print(text, file=plain, flush=True)
             return
         self._sync()
         with self._lock:
-            self._tty.write(text + "\n")
-            self._tty.flush()
+            tty.write(text + "\n")
+            tty.flush()
             self._log.write((text + "\n").encode())
 
     # ------------------------------------------------------------------ the relay

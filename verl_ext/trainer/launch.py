@@ -65,7 +65,7 @@ def drive(what: str, config: DictConfig, check: Callable, task_runner_class=None
 
     run_dir = OmegaConf.select(config, "trainer.default_local_dir") or "outputs"
     with Terminal(run_dir, enabled=CHECK_ONLY_KEY not in config) as terminal:
-        if gate(what, config, check, show=terminal.show):
+        if gate(what, config, check, show=terminal.show, error=terminal.error):
             run(config, task_runner_class, show=terminal.show)
 
 

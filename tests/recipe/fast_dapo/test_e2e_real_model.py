@@ -175,4 +175,4 @@ def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
     for text in noise:
         assert text not in r.stdout + r.stderr, text
     assert sum(text in full for text in noise) >= 4, "the log keeps what the terminal leaves out"
-    assert r.stderr == ""
+    assert "Traceback" not in r.stderr

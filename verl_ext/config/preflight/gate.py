@@ -44,17 +44,17 @@ def translate_check_flag(argv: list[str]) -> list[str]:
 
 
 @contextmanager
-def failing_cleanly(what: str, show: Callable[[str], None] | None = None) -> Iterator[None]:
-    """A bad config ends the driver with its message and exit code 2, not a traceback from deep in a check. `show`
+def failing_cleanly(what: str, error: Callable[[str], None] | None = None) -> Iterator[None]:
+    """A bad config ends the driver with its message and exit code 2, not a traceback from deep in a check. `error`
     says it (default: print to stderr)."""
     try:
         yield
     except ValueError as e:  # ConfigError, and the plain ValueErrors of older settings checks
         message = f"[preflight] {what}: bad config, nothing started:\n{e}"
-        if show is None:
+        if error is None:
             print(message, file=sys.stderr, flush=True)
         else:
-            show(message)
+            error(message)
         raise SystemExit(2) from e
 
 
@@ -62,11 +62,17 @@ def _print(text: str) -> None:
     print(text, flush=True)
 
 
-def gate(what: str, cfg: DictConfig, check: Callable[[DictConfig], Plan], show: Callable[[str], None] = _print) -> bool:
+def gate(
+    what: str,
+    cfg: DictConfig,
+    check: Callable[[DictConfig], Plan],
+    show: Callable[[str], None] = _print,
+    error: Callable[[str], None] | None = None,
+) -> bool:
     """The drivers' one call before `ray.init`: run `check` (the recipe's settings, then `preflight`), show the plan
-    (`show`: the driver's terminal), and say whether to start the run (False after `+check_only=true`). A bad config
-    exits 2 with its message."""
-    with failing_cleanly(what, None if show is _print else show):
+    (`show`, `error`: the driver's terminal), and say whether to start the run (False after `+check_only=true`). A bad
+    config exits 2 with its message."""
+    with failing_cleanly(what, error):
         check_only = check_only_requested(cfg)
         plan = check(cfg)
     show(plan.render())
