@@ -146,6 +146,27 @@ def read_file_logger(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def run_driver(module: str, args: list[str], timeout: float = 1500):
+    """A recipe driver as a user runs it (`python -m <module> <args>`, its own Ray as `make demo` starts, the quiet
+    terminal): this checkout's code first on PYTHONPATH, which Ray's workers inherit; Ray's session under a short
+    /tmp directory (its socket paths must stay under 107 bytes). Returns the finished process."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    ray_tmp = tempfile.mkdtemp(prefix="vxdrv-", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VERL_EXT_VERBOSE")}
+    env.update(RAY_TMPDIR=ray_tmp, PYTHONPATH=os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p))
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=root, env=env, timeout=timeout
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def run_task_runner(runner_cls, cfg, env: dict | None = None, timeout: float = 900):
     """Run one training job in the shared Ray session and tear its actors down afterwards, even on failure (the
     runner owns the workers and vLLM servers; killing it frees their memory for the next test)."""

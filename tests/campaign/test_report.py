@@ -86,11 +86,11 @@ def test_final_table_against_scipy(campaign):
     assert rows["fast"].p == pytest.approx(stats.ttest_ind(fast, base, equal_var=False).pvalue, rel=1e-9)
     assert rows["fast"].ci[0] <= rows["fast"].diff <= rows["fast"].ci[1]
     # paired by seed key: fast's seeds 0 and 1 against base's seeds 0 and 1 (base's seed 2 has no partner)
-    assert rows["fast"].paired.n == 2 and rows["fast"].paired.diff == pytest.approx(np.mean(fast) - np.mean(base[:2]))
+    assert rows["fast"].paired.n == 2 and rows["fast"].paired.value == pytest.approx(np.mean(fast) - np.mean(base[:2]))
     assert rows["base"].paired is None
     one = {"base": {0: campaign["base"][0]}, "fast": {0: campaign["fast"][0]}}
     single = {r.condition: r for r in final_table(one, VAL, "base", bootstrap=500)}["fast"].paired
-    assert single.n == 1 and math.isnan(single.low) and single.diff == pytest.approx(fast[0] - base[0])
+    assert single.n == 1 and math.isnan(single.low) and single.value == pytest.approx(fast[0] - base[0])
     with pytest.raises(KeyError, match="baseline"):
         final_table(campaign, VAL, "nope")
 
@@ -107,7 +107,7 @@ def test_paired_difference_over_common_seeds_with_a_bca_interval():
     rows = {r.condition: r for r in final_table(campaign, VAL, "base", bootstrap=2000)}
     paired = rows["fast"].paired
     diffs = [0.05 + x for x in noise]
-    assert paired.n == 5 and paired.method == "BCa" and paired.diff == pytest.approx(np.mean(diffs))
+    assert paired.n == 5 and paired.method == "BCa" and paired.value == pytest.approx(np.mean(diffs))
     want = stats.bootstrap(
         ([0.1 * s + 0.05 + noise[s] for s in range(5)], [0.1 * s for s in range(5)]),
         lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
@@ -120,7 +120,7 @@ def test_paired_difference_over_common_seeds_with_a_bca_interval():
     assert 0 < paired.low <= 0.05 <= paired.high
     assert rows["fast"].ci[0] < 0 < rows["fast"].ci[1]  # unpaired: the seeds' spread swamps the effect
     table = final_markdown(VAL, list(rows.values()), "base")
-    assert f"{paired.diff:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}] (5)" in table
+    assert f"{paired.value:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}] (5)" in table
 
 
 def test_table_at_a_step_compares_arms_step_for_step():
@@ -234,15 +234,15 @@ def test_speedup_is_the_paired_ratio_of_costs_and_counts_the_runs_that_never_rea
     (row,) = speedup_table(campaign, VAL, 0.5, TOK, [("fast", "plain")], n_boot=500)
     fast_costs = [200.0] * 3
     plain_costs = [3 * (150.0 + 10 * s) for s in range(3)]
-    assert row.ratio.ratio == pytest.approx(np.mean(fast_costs) / np.mean(plain_costs))
+    assert row.ratio.value == pytest.approx(np.mean(fast_costs) / np.mean(plain_costs))
     assert (row.pairs, row.ratio.n, row.only_condition, row.only_reference, row.neither) == (4, 3, 1, 0, 0)
-    assert row.ratio.low <= row.ratio.ratio <= row.ratio.high < 1.0
+    assert row.ratio.low <= row.ratio.value <= row.ratio.high < 1.0
     md = speedup_markdown(VAL, 0.5, "generated tokens", [row])
     assert "| fast / plain | 0.417 |" in md and "| 3/4 | 1 | 0 | 0 |" in md
     # seed 3 kept with plain at its run total (6 steps x 150 tokens, a lower bound of its cost): an upper bound
     assert row.censored_bound == "<=" and row.censored_ratio.n == 4
-    assert row.censored_ratio.ratio == pytest.approx(np.mean([200.0] * 4) / np.mean(plain_costs + [900.0]))
-    assert f"| <= {row.censored_ratio.ratio:.3f} [" in md and "(4 pairs) |" in md
+    assert row.censored_ratio.value == pytest.approx(np.mean([200.0] * 4) / np.mean(plain_costs + [900.0]))
+    assert f"| <= {row.censored_ratio.value:.3f} [" in md and "(4 pairs) |" in md
     assert "predicted" not in md
     md = speedup_markdown(VAL, 0.5, "generated tokens", [row], predicted={("fast", "plain"): 0.75})
     assert md.splitlines()[2].endswith("| predicted |") and md.splitlines()[-1].endswith("(4 pairs) | 0.750 |")
@@ -258,8 +258,8 @@ def test_censored_runs_bound_the_ratio_from_the_side_that_was_censored():
     (row,) = speedup_table({"fast": fast_late, "plain": plain}, VAL, 0.5, TOK, [("fast", "plain")], n_boot=200)
     fast_bound = [200.0, 600.0, 400.0]  # seed 1 never reached: its 6-step total, less than its true cost
     assert row.censored_bound == ">=" and row.censored_ratio.n == 3
-    assert row.censored_ratio.ratio == pytest.approx(sum(fast_bound) / (3 * 360.0))
-    assert row.ratio.n == 2 and row.ratio.ratio == pytest.approx(600.0 / 720.0)  # the pairs both reached only
+    assert row.censored_ratio.value == pytest.approx(sum(fast_bound) / (3 * 360.0))
+    assert row.ratio.n == 2 and row.ratio.value == pytest.approx(600.0 / 720.0)  # the pairs both reached only
 
     plain[2] = _reach_run(None, 120.0)  # now each side has a censored pair: no direction, no bound
     (mixed,) = speedup_table({"fast": fast_late, "plain": plain}, VAL, 0.5, TOK, [("fast", "plain")], n_boot=200)

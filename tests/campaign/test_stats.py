@@ -68,8 +68,8 @@ def test_bootstrap_diff_interval_covers_the_true_difference_about_as_often_as_it
 def test_paired_ratio_is_the_ratio_of_means_and_its_interval_covers_the_truth():
     a, b = [60.0, 80.0, 70.0, 90.0, 50.0], [100.0, 150.0, 120.0, 160.0, 110.0]
     r = paired_ratio_ci(a, b, n_boot=2000)
-    assert r.ratio == pytest.approx(np.mean(a) / np.mean(b)) and r.n == 5 and r.method == "BCa"
-    assert r.low < r.ratio < r.high < 1.0  # every pair saves: the interval excludes 1
+    assert r.value == pytest.approx(np.mean(a) / np.mean(b)) and r.n == 5 and r.method == "BCa"
+    assert r.low < r.value < r.high < 1.0  # every pair saves: the interval excludes 1
     # coverage: paired costs with a true ratio of 0.6 and seed effects shared within a pair
     rng = np.random.default_rng(2)
     hits = 0
@@ -83,9 +83,9 @@ def test_paired_ratio_is_the_ratio_of_means_and_its_interval_covers_the_truth():
 
 def test_paired_ratio_degenerate_cases():
     same = paired_ratio_ci([2.0, 2.0, 2.0], [4.0, 4.0, 4.0], n_boot=200)
-    assert same.ratio == 0.5 and same.low == pytest.approx(0.5) and same.high == pytest.approx(0.5)
-    assert math.isnan(paired_ratio_ci([1.0], [2.0]).low) and paired_ratio_ci([1.0], [2.0]).ratio == 0.5
-    assert math.isnan(paired_ratio_ci([], []).ratio)
+    assert same.value == 0.5 and same.low == pytest.approx(0.5) and same.high == pytest.approx(0.5)
+    assert math.isnan(paired_ratio_ci([1.0], [2.0]).low) and paired_ratio_ci([1.0], [2.0]).value == 0.5
+    assert math.isnan(paired_ratio_ci([], []).value)
     with pytest.raises(ValueError, match="equal lengths"):
         paired_ratio_ci([1.0, 2.0], [1.0])
 

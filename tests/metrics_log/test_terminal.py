@@ -5,15 +5,14 @@ log file read back."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_driver
 from verl_ext.metrics_log.terminal import LOG_NAME, VERBOSE_ENV, failure_cause, user_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,9 +145,6 @@ def test_failure_cause_is_the_innermost_error_line_of_a_remote_traceback():
 def test_a_run_that_fails_inside_ray_shows_the_cause_and_the_log_within_a_few_lines(tmp_path):
     """A real driver (`python -m recipe.fast_dapo.main`, the tiny preset) whose dataset fails to load in the task
     runner: the terminal ends with the cause and the log's path, the workers' tracebacks are in the log only."""
-    env = {k: v for k, v in os.environ.items() if k not in (VERBOSE_ENV, "RAY_ADDRESS")}
-    ray_tmp = tempfile.mkdtemp(prefix="vxf-", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
-    env.update(PYTHONPATH=str(ROOT), RAY_TMPDIR=ray_tmp)
     run_dir = tmp_path / "run"
     args = [
         "+preset=cpu_demo",
@@ -157,17 +153,7 @@ def test_a_run_that_fails_inside_ray_shows_the_cause_and_the_log_within_a_few_li
         f"trainer.default_local_dir={run_dir}",
         f"hydra.run.dir={tmp_path / 'hydra'}",
     ]
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "recipe.fast_dapo.main", *args],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=600,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    r = run_driver("recipe.fast_dapo.main", args, timeout=600)
     lines = r.stdout.splitlines()
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert lines[0] == f"[verl_ext] full log: {run_dir / LOG_NAME}"

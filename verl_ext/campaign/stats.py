@@ -83,8 +83,10 @@ def bootstrap_diff_ci(
 
 
 @dataclass(frozen=True)
-class RatioResult:
-    ratio: float  # mean(a) / mean(b) over the pairs
+class PairedResult:
+    """A statistic of paired samples (a ratio of means, a mean difference) with its bootstrap CI over the pairs."""
+
+    value: float
     low: float
     high: float
     n: int  # pairs
@@ -93,43 +95,34 @@ class RatioResult:
 
 def paired_ratio_ci(
     a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
-) -> RatioResult:
+) -> PairedResult:
     """mean(a) / mean(b) for paired samples (a[i] and b[i] share seed i) with a bootstrap CI over the pairs."""
     xa, xb = _pairs(a, b, n_boot, level)
     if xa.size == 0 or xb.mean() <= 0:
-        return RatioResult(math.nan, math.nan, math.nan, int(xa.size), "")
+        return PairedResult(math.nan, math.nan, math.nan, int(xa.size), "")
     ratio = float(xa.mean() / xb.mean())
 
     def statistic(x, y, axis):
         return np.mean(x, axis=axis) / np.mean(y, axis=axis)
 
     low, high, method = _paired_bootstrap(xa, xb, statistic, n_boot, level, seed)
-    return RatioResult(ratio, low, high, int(xa.size), method)
-
-
-@dataclass(frozen=True)
-class PairedDiff:
-    diff: float  # mean over the pairs of a[i] - b[i]
-    low: float
-    high: float
-    n: int  # pairs
-    method: str  # "BCa" or "percentile" (when BCa is undefined), "" when n < 2
+    return PairedResult(ratio, low, high, int(xa.size), method)
 
 
 def paired_diff_ci(
     a: Sequence[float], b: Sequence[float], n_boot: int = 10_000, level: float = 0.95, seed: int = 0
-) -> PairedDiff:
+) -> PairedResult:
     """mean(a[i] - b[i]) for paired samples (a[i] and b[i] share seed i) with a BCa bootstrap CI that resamples the
     pairs (percentile when BCa is undefined): the seed's own luck (its prompt order) cancels in each difference."""
     xa, xb = _pairs(a, b, n_boot, level)
     if xa.size == 0:
-        return PairedDiff(math.nan, math.nan, math.nan, 0, "")
+        return PairedResult(math.nan, math.nan, math.nan, 0, "")
 
     def statistic(x, y, axis):
         return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
     low, high, method = _paired_bootstrap(xa, xb, statistic, n_boot, level, seed)
-    return PairedDiff(float((xa - xb).mean()), low, high, int(xa.size), method)
+    return PairedResult(float((xa - xb).mean()), low, high, int(xa.size), method)
 
 
 def _pairs(a: Sequence[float], b: Sequence[float], n_boot: int, level: float) -> tuple[np.ndarray, np.ndarray]:

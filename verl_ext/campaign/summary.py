@@ -44,8 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verl_ext.campaign.stats import (
-    PairedDiff,
-    RatioResult,
+    PairedResult,
     Summary,
     bootstrap_diff_ci,
     paired_diff_ci,
@@ -118,7 +117,7 @@ class FinalRow:
     diff: float  # mean - baseline mean
     p: float  # Welch two-sided, nan if undefined
     ci: tuple[float, float] | None  # bootstrap CI of diff, when asked for
-    paired: PairedDiff | None = None  # the difference over the seeds both ran, with its BCa CI, when asked for
+    paired: PairedResult | None = None  # the difference over the seeds both ran, with its BCa CI, when asked for
 
 
 def final_table(
@@ -294,11 +293,11 @@ class SpeedupRow:
     only_condition: int  # pairs where only the condition reached the target
     only_reference: int  # pairs where only the reference reached it
     neither: int
-    ratio: RatioResult  # mean cost of the condition / of the reference, over the pairs where both reached it
+    ratio: PairedResult  # mean cost of the condition / of the reference, over the pairs where both reached it
     # Over the pairs where at least one reached it, censored runs at their total: "<=" the ratio is an upper bound
     # (only the reference's runs were censored), ">=" a lower bound, "" none or both sides censored (no bound).
     censored_bound: str = ""
-    censored_ratio: RatioResult | None = None
+    censored_ratio: PairedResult | None = None
 
 
 def speedup_table(
@@ -389,12 +388,12 @@ def final_markdown(
     return "\n".join(lines)
 
 
-def _paired_cell(p: PairedDiff | None) -> str:
-    if p is None or not math.isfinite(p.diff):
+def _paired_cell(p: PairedResult | None) -> str:
+    if p is None or not math.isfinite(p.value):
         return "-"
     interval = f" [{p.low:+.3f}, {p.high:+.3f}]" if math.isfinite(p.low) else ""
     method = "" if p.method in ("", "BCa") else f", {p.method}"
-    return f"{p.diff:+.3f}{interval} ({p.n}{method})"
+    return f"{p.value:+.3f}{interval} ({p.n}{method})"
 
 
 def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
@@ -433,9 +432,9 @@ def speedup_markdown(
         bound = "-"
         if r.censored_ratio is not None:
             c = r.censored_ratio
-            bound = f"{r.censored_bound} {_num(c.ratio)} {_ci(c)} ({c.n} pairs)"
+            bound = f"{r.censored_bound} {_num(c.value)} {_ci(c)} ({c.n} pairs)"
         line = (
-            f"| {r.condition} / {r.reference} | {_num(r.ratio.ratio)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
+            f"| {r.condition} / {r.reference} | {_num(r.ratio.value)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
             f"{r.only_condition} | {r.only_reference} | {r.neither} | {bound} |"
         )
         if predicted:
@@ -445,5 +444,5 @@ def speedup_markdown(
     return "\n".join(lines)
 
 
-def _ci(r: RatioResult) -> str:
+def _ci(r: PairedResult) -> str:
     return f"[{r.low:.3f}, {r.high:.3f}]" if math.isfinite(r.low) else "-"

@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import backend_overrides
+from tests.conftest import backend_overrides, run_driver
 from verl_ext.metrics_log import read_jsonl
 from verl_ext.metrics_log.console import run_summary, val_accuracy
 from verl_ext.metrics_log.terminal import user_line
@@ -70,21 +66,8 @@ def _overrides(out: Path) -> list[str]:
     ]
 
 
-def run_driver(out: Path) -> subprocess.CompletedProcess:
-    ray_tmp = tempfile.mkdtemp(prefix="vxdrv-", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own Ray, as `make demo-real` starts
-    env.update(RAY_TMPDIR=ray_tmp, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p))
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "recipe.fast_dapo.main", *_overrides(out)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=1500,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+def run_real_driver(out: Path) -> subprocess.CompletedProcess:
+    r = run_driver("recipe.fast_dapo.main", _overrides(out))
     (out / "driver.log").write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     return r
@@ -96,7 +79,7 @@ def test_fast_dapo_step_on_smollm2_through_the_driver(tmp_path):
     from verl_ext.pretrained.smollm2 import ensure_smollm2
     from verl_ext.reward.math_reward import compute_score
 
-    r = run_driver(tmp_path)
+    r = run_real_driver(tmp_path)
     (row,) = read_jsonl(tmp_path / "metrics.jsonl")
     N = N_SCREEN + N_CONTINUE
     assert row["step"] == 1
