@@ -212,7 +212,7 @@ FEATURES: tuple[Feature, ...] = (
         "trainer.val_only",
         SUPPORTED,
         "validate (also a resumed checkpoint), log, stop",
-        tests=("test_val_only_validates_and_stops",),
+        tests=("test_fast_dapo_trains_crashes_and_resumes",),
     ),
     Feature(
         "trainer.rollout_data_dir",

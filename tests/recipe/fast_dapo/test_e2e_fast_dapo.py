@@ -119,17 +119,27 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     assert drawn % GEN_BATCH == 0 and drawn > PROMPTS
 
     # 3) val_only on the finished run's checkpoint, into a directory of its own (how a checkpoint is evaluated):
-    # validates once and stops; its log holds that one row (the checkpoint's held training row is not "recovered"
-    # into it, with a second validation), the training run's log is unchanged.
+    # validates once (whatever val_before_train says: false here) and stops; its log holds that one row (the
+    # checkpoint's held training row is not "recovered" into it, with a second validation), no step trains, no
+    # checkpoint is written, the training run's log is unchanged; with the held-out pass@k of `trainer.pass_at_k`
+    # beside the greedy accuracy.
     evaluated = tmp_path / "eval"
     val_only = [
         *_overrides(evaluated, 4, 2),
         "trainer.val_only=true",
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={out / 'global_step_4'}",
+        "trainer.pass_at_k=4",
     ]
     run_task_runner(ExtTaskRunner, _config(val_only))
     assert read_jsonl(out / "metrics.jsonl") == rows
     (only,) = read_jsonl(evaluated / "metrics.jsonl")
-    assert only["step"] == 4 and "training/row_recovered" not in only and "actor/pg_loss" not in only
-    assert math.isfinite(only["val-core/toy_copy_digit/acc/mean@1"])
+    assert only["step"] == 4 and "training/row_recovered" not in only
+    assert not any(k.startswith(("actor/", "training/", "curriculum/")) for k in only), sorted(only)
+    assert not list(evaluated.glob("global_step_*"))
+    assert 0.0 <= only["val-core/toy_copy_digit/acc/mean@1"] <= 1.0
+    # pass@1 <= pass@2 <= pass@4 (unbiased estimates from the same 4 responses a prompt, sampled at the training
+    # temperature, not greedily)
+    at = [only[f"val-pass/toy_copy_digit/pass@{j}"] for j in (1, 2, 4)]
+    assert 0.0 <= at[0] <= at[1] <= at[2] <= 1.0, at
+    assert {k for k in only if k.startswith("val-pass/")} == {f"val-pass/toy_copy_digit/pass@{j}" for j in (1, 2, 4)}
