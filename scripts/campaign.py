@@ -2,6 +2,11 @@
 
 import sys
 
+from verl_ext.metrics_log.terminal import capture_early
+
+if __name__ == "__main__":  # first: what the imports and the pre-flight print goes to the campaign's log
+    capture_early()
+
 from verl_ext.campaign.cli import main
 
 if __name__ == "__main__":

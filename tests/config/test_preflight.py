@@ -437,4 +437,5 @@ def test_campaign_script_stops_before_the_first_run(tmp_path):
     r = _run_driver(["scripts/campaign.py", str(spec), "--out-root", str(tmp_path / "out")], tmp_path)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "condition 'typo' fails the pre-flight check" in r.stderr and "gtpo_sepaa" in r.stderr
-    assert not (tmp_path / "out").exists()
+    # nothing ran: no run's directory; the campaign's own log keeps what the pre-flight printed
+    assert [p.name for p in (tmp_path / "out" / "c").iterdir()] == ["run.log"]

@@ -124,6 +124,7 @@ def test_verbose_prints_everything_and_writes_no_log(tmp_path):
         ("(TaskRunner pid=12, ip=10.0.0.2) [verl_ext] workers up (52 s)", "[verl_ext] workers up (52 s)"),
         ("step 0/16 | val acc 0.167\r\n", "step 0/16 | val acc 0.167"),
         ("[verl_ext] metrics log: out/metrics.jsonl", "[verl_ext] metrics log: out/metrics.jsonl"),
+        ("[campaign] 2/24 maxrl+gtpo_s0: started", "[campaign] 2/24 maxrl+gtpo_s0: started"),
         ("(vLLMHttpServer pid=1) WARNING Triton is not installed", None),
         ("[validate_config] All configuration checks passed successfully!", None),
         ("(ExtTaskRunner pid=1) stepping through the stepper", None),

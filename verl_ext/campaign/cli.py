@@ -46,17 +46,25 @@ def main(argv: list[str] | None = None) -> int:
         from verl_ext.metrics_log.plot import require_matplotlib
 
         require_matplotlib()  # before hours of runs, not after
-    if args.preflight != "none" and not _preflight(spec, plans, args.preflight):
-        return 2
-    if args.submit and not args.dry_run:
+    if args.submit or args.dry_run:
+        if args.preflight != "none" and not _preflight(spec, plans, args.preflight):
+            return 2
+        if args.dry_run:
+            run_local(spec, plans, dry_run=True)
+            return 0
         return _submit(spec, plans, args)
-    failed = run_local(spec, plans, dry_run=args.dry_run)
-    if args.dry_run:
-        return 0
-    plot_curves(spec, plans, Path(args.out_root))
-    if failed:
-        print(f"[campaign] {len(failed)} of {len(plans)} runs failed: {failed}")
-        return 1
+    # A local campaign: its terminal shows the [campaign] lines, the pre-flight's and verl's chatter goes to
+    # <out-root>/<name>/run.log (verl_ext/metrics_log/terminal.py); each run's own logs are in its directory.
+    from verl_ext.metrics_log.terminal import Terminal
+
+    with Terminal(Path(args.out_root) / spec.name) as terminal:
+        if args.preflight != "none" and not _preflight(spec, plans, args.preflight, say=terminal.error):
+            return 2
+        failed = run_local(spec, plans)
+        plot_curves(spec, plans, Path(args.out_root))
+        if failed:
+            print(f"[campaign] {len(failed)} of {len(plans)} runs failed: {failed}", flush=True)
+            return 1
     return 0
 
 
@@ -98,15 +106,17 @@ def _selected(spec: CampaignSpec, args) -> list:
     return plans
 
 
-def _preflight(spec: CampaignSpec, plans, files: str) -> bool:
-    """One run per condition through its recipe's pre-flight; False (and the reasons printed) if any fails."""
+def _preflight(spec: CampaignSpec, plans, files: str, say=None) -> bool:
+    """One run per condition through its recipe's pre-flight; False (and the reasons said: `say`, default stderr) if
+    any fails."""
     from verl_ext.campaign.check import check_campaign
 
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
     errors = check_campaign(spec, plans, files=files)
     for condition, message in errors.items():
-        print(f"[campaign] condition {condition!r} fails the pre-flight check:\n{message}", file=sys.stderr)
+        say(f"[campaign] condition {condition!r} fails the pre-flight check:\n{message}")
     if errors:
-        print(f"[campaign] {len(errors)} condition(s) fail their check; nothing was run", file=sys.stderr)
+        say(f"[campaign] {len(errors)} condition(s) fail their check; nothing was run")
     return not errors
 
 

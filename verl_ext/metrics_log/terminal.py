@@ -7,8 +7,8 @@ order, in the run's log file `<trainer.default_local_dir>/run.log`, and shows in
 - the log's path, first;
 - what the driver itself shows (`Terminal.show`): the pre-flight plan and the closing summary;
 - the project's own lines from any process of the run, which start with `[verl_ext]` (the start-up phases as they
-  complete, notices), and the step lines (`step  3/16 | ...`), with Ray's `(ExtTaskRunner pid=...)` prefix and
-  colour codes taken off (`user_line`).
+  complete, notices) or `[campaign]` (the campaign runner's), and the step lines (`step  3/16 | ...`), with Ray's
+  `(ExtTaskRunner pid=...)` prefix and colour codes taken off (`user_line`).
 
 How: the driver points its stdout and stderr (file descriptors 1 and 2, which every process it starts inherits: Ray,
 its workers, vLLM; Ray forwards its workers' output to the driver's) into a pipe, and a relay thread writes every
@@ -39,7 +39,7 @@ VERBOSE_ENV = "VERL_EXT_VERBOSE"
 START_ENV = "VERL_EXT_RUN_START"  # the driver's start (epoch seconds), inherited by the processes Ray starts
 LOG_NAME = "run.log"
 PREFIX = "[verl_ext]"
-_USER = re.compile(r"^(\[verl_ext\] |step +\d+/\d+( \||$))")
+_USER = re.compile(r"^(\[verl_ext\] |\[campaign\] |step +\d+/\d+( \||$))")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Ray's prefix on a forwarded line: "(ExtTaskRunner pid=17680) ", "(pid=12) ", "(raylet, ip=10.0.0.2) "
 _RAY_PREFIX = re.compile(r"^\((?:[\w.:-]+ )?(?:pid=\d+|[\w-]+)(?:, ip=[\d.:a-f]+)?\) ")
