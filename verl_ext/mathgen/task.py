@@ -113,8 +113,8 @@ class Mix:
 # on which the released SmolLM2-135M-Instruct is right on 10-28% of validation questions (greedy), where "all" adds
 # five on which it is right on 0-4% (mixed fractions, place value, rounding, sorting, linear equations). "steps":
 # linear equations and bracketed sums after WORKED_DEMONSTRATION, where the model's replies are worked steps (at T 0.6,
-# 8 samples of 32 questions each: pass@1 0.074 on linear_1d and 0.102 on add_sub_multiple, 30% of questions mixed),
-# the task on which the advantage pipeline's planning-token stages have text to act on (docs/ADVANTAGE_REAL.md).
+# 8 samples of 32 questions each: pass@1 0.074 on linear_1d and 0.102 on add_sub_multiple, a third of the questions
+# mixed), the task on which the advantage pipeline's planning-token stages have text to act on (docs/ADVANTAGE_REAL.md).
 MIXES: dict[str, Mix] = {
     "all": Mix(MODULES),
     "arithmetic": Mix(
