@@ -47,41 +47,42 @@ _SYNC = b"\x00verl_ext-terminal-sync"  # a line the relay answers (show waits fo
 _RAY_REPEATED = re.compile(r" \[repeated \d+x across cluster\]$")
 
 
-_early: dict = {}  # the early capture while it lasts: {"file": a temporary file, "saved": (fd 1, fd 2)}
+_early: dict = {}  # the early capture while it lasts: {"held": (file for fd 1, file for fd 2), "saved": (fd 1, fd 2)}
 
 
 def capture_early() -> None:
-    """A driver's first call, before its heavy imports: until the run's Terminal opens, fds 1 and 2 go to a temporary
-    file, which the Terminal writes at the head of the run's log, or (a driver that ends before, e.g. `--help` or a
-    Hydra error, or a verbose or check-only run) back onto the terminal. Nothing under VERL_EXT_VERBOSE=1."""
+    """A driver's first call, before its heavy imports: until the run's Terminal opens, fds 1 and 2 go to temporary
+    files, which the Terminal writes at the head of the run's log, or (a driver that ends before, e.g. `--help`, a
+    Hydra error or a subcommand that runs no Terminal, or a verbose or check-only run) back onto the terminal, each
+    to the stream it was written to. Nothing under VERL_EXT_VERBOSE=1."""
     if verbose() or _early:
         return
     _flush()
-    held = tempfile.TemporaryFile()
-    _early.update(file=held, saved=(os.dup(1), os.dup(2)))
-    os.dup2(held.fileno(), 1)
-    os.dup2(held.fileno(), 2)
+    held = (tempfile.TemporaryFile(), tempfile.TemporaryFile())
+    _early.update(held=held, saved=(os.dup(1), os.dup(2)))
+    os.dup2(held[0].fileno(), 1)
+    os.dup2(held[1].fileno(), 2)
     atexit.register(release_early)
 
 
 def release_early(log=None) -> None:
     """End the early capture (if any): fds 1 and 2 back, and what it held into `log` (a binary file), else onto the
-    terminal."""
+    terminal's stdout and stderr as written."""
     if not _early:
         return
     _flush()
-    held, (out, err) = _early.pop("file"), _early.pop("saved")
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    os.close(out)
-    os.close(err)
-    held.seek(0)
-    data = held.read()
-    held.close()
-    if log is not None:
-        log.write(data)
-    elif data:
-        os.write(1, data)
+    held, saved = _early.pop("held"), _early.pop("saved")
+    for fd, original in zip((1, 2), saved):
+        os.dup2(original, fd)
+        os.close(original)
+    for fd, f in zip((1, 2), held):
+        f.seek(0)
+        data = f.read()
+        f.close()
+        if log is not None:
+            log.write(data)
+        elif data:
+            os.write(fd, data)
 
 
 def _flush() -> None:
