@@ -89,8 +89,8 @@ def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError):  # a stream closed at interpreter exit (the atexit release): nothing to flush
+            continue
 
 
 def verbose() -> bool:
