@@ -2,7 +2,7 @@
 
     total = grpo_loss + alpha_sdpo * sdpo_loss + beta_replay * replay_loss
 
-One training step (on top of ExtRayPPOTrainer.train_on_batch: reward -> old/ref log-probs -> advantages -> update):
+One training step (through ExtRayPPOTrainer's hooks: reward -> old/ref log-probs -> advantages -> update):
 
 1. GRPO (channel 1): the `grpo_composer` estimator's group-relative advantage; the actor's PPO loss is `loss/grpo`.
 2. SDPO (channel 2), only if alpha_sdpo > 0. Error sites come from the batch (hints.error_sites_for_batch): the
@@ -74,17 +74,16 @@ from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, upda
 from verl_ext.composer.rows import pad_rows, prompt_response_tokens
 from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
 from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
-from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 
 
 @dataclass
-class ComposerStep:
-    """What one step's parts hand on to its metrics row: created by `train_on_batch`, filled by its phases."""
+class ComposerStep(StepState):
+    """What one step's parts hand on to its metrics row: created by `new_step`, filled by its phases."""
 
-    timing_raw: dict
     channel: dict = field(default_factory=dict)  # the channels' metrics: loss/sdpo, sdpo/*, replay/*, teacher/*
     replay_block: DataProto | None = None  # the replay rows of this step's actor update (None: no pairs)
-    grpo_loss: float | None = None  # the PPO loss without the replay mini-batch (see _update_actor)
+    grpo_loss: float | None = None  # the PPO loss without the replay mini-batch (see update_actor)
 
 
 class RayComposerTrainer(ExtRayPPOTrainer):
@@ -146,11 +145,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             self._pair_queue = deque(DPOPair(**p) for p in replay["queue"])
 
     # ------------------------------------------------------------------ the step
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
-        step = ComposerStep(timing_raw)  # the base step hands it to _advantages and _update_actor
-        batch = super().train_on_batch(batch, metrics, timing_raw, step)
-        metrics.update(self._loss_metrics(step, metrics))
-        return batch
+    def new_step(self, metrics: dict, timing_raw: dict) -> ComposerStep:
+        return ComposerStep(metrics, timing_raw)
+
+    def after_update(self, batch: DataProto, step: ComposerStep) -> None:
+        step.metrics.update(self._loss_metrics(step, step.metrics))
 
     def _loss_metrics(self, step: ComposerStep, metrics: dict) -> dict:
         """The channels' metrics and loss/grpo, loss/total; the actor loss's sums (popped from `metrics`) become
@@ -168,7 +167,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         )
         return {**step.channel, "loss/grpo": grpo, "loss/total": total}
 
-    def _advantages(self, batch: DataProto, metrics: dict, step: ComposerStep) -> DataProto:
+    def compute_advantages(self, batch: DataProto, step: ComposerStep) -> DataProto:
         """Channel 1 with channel 2's term (the SDPO teacher pass first), then channel 3's teacher step: the replay
         rows need this step's reference log-probs and rollout correction, and the actor before its update."""
         step.channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0})
@@ -190,24 +189,22 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             step.channel.update(teacher_metrics)
         return batch
 
-    def _update_actor(self, batch: DataProto, step: ComposerStep | None = None) -> DataProto:
-        if step is None or step.replay_block is None:
-            return super()._update_actor(batch)
+    def update_actor(self, batch: DataProto, step: ComposerStep) -> DataProto:
+        if step.replay_block is None:
+            return super().update_actor(batch, step)
         merged = update_batch(batch, step.replay_block, self.actor_rollout_wg.world_size)
-        output = super()._update_actor(merged)
+        output = super().update_actor(merged, step)
         # verl reports pg_loss per mini-batch; the replay mini-batch (first of each epoch) has zero advantages, so
         # loss/grpo averages the others only.
         pg = output.meta_info["metrics"].get("actor/pg_loss")
         step.grpo_loss = grpo_pg_loss(pg, len(merged), self.minibatch_rows)
         return output
 
-    def fit(self):
-        try:
-            return super().fit()
-        finally:
-            if self.pool is not None:
-                self.pool.close()
-                self.pair_writer.close()
+    def on_run_end(self) -> None:
+        super().on_run_end()
+        if self.pool is not None:
+            self.pool.close()
+            self.pair_writer.close()
 
     # ------------------------------------------------------------------ worker calls on extra rows
     def _padded_rows(self, tensors: dict[str, torch.Tensor], ref: bool = False) -> tuple[DataProto, int]:

@@ -31,10 +31,10 @@ from recipe.fast_dapo.staleness import (
     staleness,
     staleness_metrics,
 )
-from verl_ext.agent.trainer import AgentEpisodesMixin
+from verl_ext.agent.trainer import AgentEpisodesMixin, ok_episode_rows
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
 from verl_ext.curriculum.memory import probe_outcome
-from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 from verl_ext.trainer.probe import read_pass_rates
 
 
@@ -109,21 +109,19 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         self.pad_rows = int(state.get("pad_rows", 0))
         self.rescreened_prompts = int(state.get("rescreened_prompts", 0))
 
-    def _load_checkpoint(self):
-        super()._load_checkpoint()
+    def on_resume(self, folder: str) -> None:
         # verl skips the dataloader restore when global_steps is a multiple of len(dataloader): true for plain PPO,
         # meaningless here (steps are not batches). Restore it unconditionally.
-        folder = self._resumed_step_folder() if self.global_steps else None
-        if folder:
-            path = os.path.join(folder, "data.pt")
-            if os.path.exists(path):
-                self.train_dataloader.load_state_dict(torch.load(path, weights_only=False))
+        path = os.path.join(folder, "data.pt")
+        if os.path.exists(path):
+            self.train_dataloader.load_state_dict(torch.load(path, weights_only=False))
 
     @property
     def responses_per_prompt(self) -> int:
         return self.controller.N
 
-    def step_metrics(self) -> dict:
+    def _controller_metrics(self) -> dict:
+        """The controller's counters and what the step's batch was made of (`curriculum/*`)."""
         m = {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
         m["curriculum/rescreened_prompts"] = float(self.rescreened_prompts)
         if self.auto_gen_batch.enable:
@@ -214,17 +212,16 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         if self.max_screen_staleness is not None:
             self.rescreened_prompts += rescreen_stale(self.controller, self.global_steps, self.max_screen_staleness)
 
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
-        batch = super().train_on_batch(batch, metrics, timing_raw, step)
+    def after_update(self, batch: DataProto, step: StepState) -> None:
         keys = batch.batch.keys()
         if VERSION_KEY in batch.non_tensor_batch and "rollout_log_probs" in keys and "old_log_probs" in keys:
             age = staleness(batch.non_tensor_batch[VERSION_KEY], self.global_steps)
-            metrics.update(
+            step.metrics.update(
                 probs_diff_by_staleness(
                     batch.batch["rollout_log_probs"], batch.batch["old_log_probs"], batch.batch["response_mask"], age
                 )
             )
-        return batch
+        step.metrics.update(self._controller_metrics())
 
     def _describe(self, batch: DataProto) -> dict:
         """What the training step receives: its size, groups, and the share of groups whose filter metric varies."""
@@ -282,3 +279,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
 class AgentFastDAPOTrainer(AgentEpisodesMixin, RayFastDAPOTrainer):
     """Fast DAPO on agent episodes (`external_agent`, docs/AGENT.md): select with
     `trainer.trainer_cls=recipe.fast_dapo.fast_dapo_ray_trainer.AgentFastDAPOTrainer`."""
+
+    def screening_valid_rows(self, rows: DataProto) -> np.ndarray | None:
+        # the keep rule judges a prompt by its finished episodes only: a crashed or timed-out one says nothing about
+        # the task's difficulty
+        return ok_episode_rows(rows)

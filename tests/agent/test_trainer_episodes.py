@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from verl import DataProto
 
-from verl_ext.agent.trainer import AgentEpisodesMixin, apply_episode_outcomes
+from verl_ext.agent.trainer import AgentEpisodesMixin, apply_episode_outcomes, ok_episode_rows
 
 
 def batch_of(status, versions, masks):
@@ -85,7 +85,7 @@ class Loop:
             self.log("gen_end", k)
             yield k
 
-    def _sleep_rollout(self):
+    def sleep_rollout(self):
         self.log("sleep")
 
     def sync_weights(self, timing_raw):
@@ -102,7 +102,7 @@ def drive(t: AgentLoop):
     for step in range(1, t.total_training_steps + 1):
         t.global_steps = step
         assert next(batches) == step
-        t._sleep_rollout()
+        t.sleep_rollout()
         time.sleep(0.05)  # the update
         t.sync_weights({})
     batches.close()
@@ -151,12 +151,13 @@ class CheckpointedLoop(Loop):
     def load_extra_state_dict(self, state: dict) -> None:
         pass
 
-    def _save_checkpoint(self):  # each key of the extension state in a file of its own
+    def _save_checkpoint(self):  # as the trainer base: the extension state first, each key in a file of its own, then
+        # verl's part (here the dataloader position)
         folder = self.root / f"global_step_{self.global_steps}"
         folder.mkdir()
-        (folder / "drawn").write_text(str(self.drawn))
         for key, value in self.extra_state_dict().items():
             (folder / f"{key}.pkl").write_bytes(pickle.dumps(value))
+        (folder / "drawn").write_text(str(self.drawn))
 
     def _resumed_step_folder(self):
         return str(max(self.root.glob("global_step_*"), key=lambda p: int(p.name.split("_")[-1])))
@@ -211,7 +212,10 @@ def test_sync_checkpoint_holds_no_batch(tmp_path):
 
 
 def test_fast_dapo_screening_judges_only_ok_episodes():
+    from recipe.fast_dapo.fast_dapo_ray_trainer import AgentFastDAPOTrainer
+
     rows = batch_of(["ok", "crashed", "timeout", "ok"], [0, 0, 0, 0], MASKS)
-    assert AgentLoop("sync", 1).screening_valid_rows(rows).tolist() == [True, False, False, True]
+    assert ok_episode_rows(rows).tolist() == [True, False, False, True]
+    assert AgentFastDAPOTrainer.screening_valid_rows(None, rows).tolist() == [True, False, False, True]
     del rows.non_tensor_batch["agent_status"]  # not an agent batch: every row counts
-    assert AgentLoop("sync", 1).screening_valid_rows(rows) is None
+    assert ok_episode_rows(rows) is None

@@ -1,5 +1,5 @@
-"""ExtRayPPOTrainer's extra actor-update flags: added to the TensorDict on its way to the worker group, and the
-verl 0.9.1 behaviour this relies on."""
+"""The actor update's extra flags (verl_ext/trainer/update_flags.py): added to the TensorDict on its way to the worker
+group, and the verl 0.9.1 behaviour this relies on."""
 
 import inspect
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ from tensordict import TensorDict
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils import tensordict_utils as tu
 
-from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+from verl_ext.trainer.update_flags import update_flags
 
 
 def test_flags_reach_the_update_call_and_the_method_is_restored():
@@ -18,16 +18,15 @@ def test_flags_reach_the_update_call_and_the_method_is_restored():
         seen.append(tu.get_non_tensor_data(data=td, key="distillation_use_topk", default=None))
         return "out"
 
-    trainer = ExtRayPPOTrainer.__new__(ExtRayPPOTrainer)
-    trainer.actor_rollout_wg = SimpleNamespace(update_actor=update_actor)
+    wg = SimpleNamespace(update_actor=update_actor)
     td = TensorDict({}, batch_size=[])
     tu.assign_non_tensor(td, distillation_use_topk=False)  # what verl's _update_actor sets first
-    with trainer._with_update_flags({"distillation_use_topk": True}):
-        assert trainer.actor_rollout_wg.update_actor(td) == "out"
+    with update_flags(wg, {"distillation_use_topk": True}):
+        assert wg.update_actor(td) == "out"
     assert seen == [True]
-    assert trainer.actor_rollout_wg.update_actor is update_actor
-    with trainer._with_update_flags({}):  # no flags: the worker group is untouched
-        assert trainer.actor_rollout_wg.update_actor is update_actor
+    assert wg.update_actor is update_actor
+    with update_flags(wg, {}):  # no flags: the worker group is untouched
+        assert wg.update_actor is update_actor
 
 
 def test_verl_update_actor_sets_its_flags_then_calls_the_worker_group():

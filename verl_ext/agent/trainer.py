@@ -86,6 +86,12 @@ def drift_metrics(column) -> tuple[dict[str, float], dict[int, dict]]:
     return m, notable
 
 
+def ok_episode_rows(rows: DataProto) -> np.ndarray | None:
+    """Which rows are finished episodes (`agent_status` "ok"); None when the batch is not one of agent episodes."""
+    status = rows.non_tensor_batch.get("agent_status")
+    return None if status is None else np.asarray(status).astype(str) == "ok"
+
+
 def versions_of(column) -> list[int | None]:
     """The `agent_policy_version` column with -1 (the rollout reported no version) as None."""
     return [None if v is None or int(v) < 0 else int(v) for v in column]
@@ -151,18 +157,14 @@ class AgentEpisodesMixin:
             self._prefetch = None
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _sleep_rollout(self) -> None:
+    def sleep_rollout(self) -> None:
         if not self.agent_async:  # async: the replicas are serving the next step's episodes
-            super()._sleep_rollout()
-
-    def _save_checkpoint(self):
-        # The dataloader's (and a curriculum's) position is saved with the checkpoint, after the batch running ahead
-        # was taken: that batch goes into the checkpoint too (extra_state_dict), or a resume would never train it.
-        if self._prefetch is not None:
-            concurrent.futures.wait([self._prefetch])
-        super()._save_checkpoint()
+            super().sleep_rollout()
 
     def extra_state_dict(self) -> dict:
+        # The trainer writes this state before verl's part of the checkpoint, the dataloader's (and a curriculum's)
+        # position: waiting here for the batch running ahead puts that batch into the checkpoint with the position
+        # after it, or a resume would never train it.
         state = super().extra_state_dict()
         item = self._prefetch.result() if self._prefetch is not None else _END
         if item is not _END:
@@ -179,13 +181,9 @@ class AgentEpisodesMixin:
             concurrent.futures.wait([self._prefetch])
         super().sync_weights(timing_raw)
 
-    def screening_valid_rows(self, rows: DataProto) -> np.ndarray | None:
-        # fast DAPO's keep rule: a crashed or timed-out episode says nothing about the task's difficulty
-        status = rows.non_tensor_batch.get("agent_status")
-        return None if status is None else np.asarray(status).astype(str) == "ok"
-
     # ------------------------------------------------------------------ per step
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
+    def prepare_batch(self, batch: DataProto, step) -> DataProto:
+        batch = super().prepare_batch(batch, step)
         if "agent_status" in batch.non_tensor_batch:
             ids, status, stale_n, m = apply_episode_outcomes(
                 batch, self.global_steps, self.agent_settings.max_staleness, enforce_staleness=self.agent_async
@@ -199,16 +197,14 @@ class AgentEpisodesMixin:
             ledger = self._ledger()
             if ledger is not None:  # before the update: a crash after it leaves the step in the ledger, as the log
                 ledger.record(self.global_steps, ids, list(status), list(stale_n), drift=drift)
-            metrics.update(m)
-        return super().train_on_batch(batch, metrics, timing_raw, step)
+            step.metrics.update(m)
+        return batch
 
-    def fit(self):
-        try:
-            return super().fit()
-        finally:
-            if self._episode_ledger is not None:
-                self._episode_ledger.close()
-            self._write_drift_summary()
+    def on_run_end(self) -> None:
+        super().on_run_end()
+        if self._episode_ledger is not None:
+            self._episode_ledger.close()
+        self._write_drift_summary()
 
     def _write_drift_summary(self) -> None:
         """The run summary of the gateway's drift accounting: a closing line (printed by the driver process, after

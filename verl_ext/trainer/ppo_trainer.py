@@ -20,6 +20,20 @@ Every other feature of verl's `fit` is either carried over here by calling verl'
 correction in decoupled and bypass mode, val_only, rollout dumps, the profiler, ESI saves, images_seqlens, the
 variance-proxy / spec-decode / GDPO metrics, `on_batch_end`) or rejected before Ray starts: the table and the checks
 are in `verl_ext/trainer/fidelity.py`.
+
+A recipe changes the step through the public hooks below and nothing else of this class (docs/ARCHITECTURE.md,
+"Trainer hooks"); each default keeps verl's behaviour:
+
+- `training_batches()`: where each step's (batch, metrics, timing_raw) comes from; `generate()` is its rollout call;
+- `new_step(metrics, timing_raw) -> StepState`: the state one step hands its hooks (a recipe subclasses `StepState`);
+- `prepare_batch(batch, step)`: the generated batch before reward and log-probs (agent episodes' outcomes);
+- `compute_advantages(batch, step)`: the estimator's advantages and returns (the Composer's channels);
+- `update_actor(batch, step)` and `actor_update_flags()`: the actor update and its extra TensorDict flags;
+- `after_update(batch, step)`: what the trained batch adds to the step's metrics;
+- `extra_state_dict()` / `load_extra_state_dict(state)` / `on_resume(folder)`: checkpointed state beyond verl's;
+- `sync_weights(timing_raw)` / `sleep_rollout()`: the rollout's weight sync and its sleep before a training step;
+- `responses_per_prompt`: the training group size, when a recipe's groups are larger than rollout.n;
+- `on_run_end()`: after every run, finished, failed or interrupted (close what the recipe opened).
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import os
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -51,7 +66,6 @@ from verl.trainer.ppo.ray_trainer import (
 )
 from verl.trainer.ppo.reward import extract_reward
 from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode, compute_rollout_correction_and_add_to_batch
-from verl.utils import tensordict_utils as tu
 from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path, should_save_ckpt_esi
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
@@ -67,8 +81,43 @@ from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
 from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
+from verl_ext.trainer.update_flags import update_flags
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
+
+
+# The methods of ExtRayPPOTrainer a recipe (or a mixin) may override: the hooks of the module docstring, and verl's
+# own `init_workers` and `_create_dataloader` (tests/trainer/test_hooks.py holds every trainer of the project to it).
+HOOKS = frozenset(
+    {
+        "training_batches",
+        "generate",
+        "new_step",
+        "prepare_batch",
+        "compute_advantages",
+        "update_actor",
+        "actor_update_flags",
+        "after_update",
+        "extra_state_dict",
+        "load_extra_state_dict",
+        "on_resume",
+        "sync_weights",
+        "sleep_rollout",
+        "responses_per_prompt",
+        "on_run_end",
+        "init_workers",
+        "_create_dataloader",
+    }
+)
+
+
+@dataclass
+class StepState:
+    """One training step as its hooks see it: the step's metrics row so far and its timings (`marked_timer`'s dict).
+    A recipe that carries more through a step subclasses it and returns its own from `new_step`."""
+
+    metrics: dict
+    timing_raw: dict
 
 
 def images_seqlens(batch: DataProto) -> list[int]:
@@ -192,6 +241,11 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             self.load_extra_state_dict(torch.load(path, weights_only=False))
         else:
             print(f"[verl_ext] warning: no {EXTRA_STATE_FILE} beside the checkpoint; extension state starts fresh")
+        if folder:
+            self.on_resume(folder)
+
+    def on_resume(self, folder: str) -> None:
+        """Hook: after a resumed run loaded the checkpoint in `folder` (verl's state and `load_extra_state_dict`)."""
 
     def _resumed_step_folder(self) -> str | None:
         if self.config.trainer.resume_mode == "resume_path":
@@ -217,7 +271,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         timing_raw.update(out.meta_info.pop("timing", {}))
         return out
 
-    def _sleep_rollout(self) -> None:
+    def sleep_rollout(self) -> None:
+        """Hook: put the rollout replicas to sleep before a training step (frees their accelerator memory)."""
         if self._rollout_awake:
             self.checkpoint_manager.sleep_replicas()
             self._rollout_awake = False
@@ -270,7 +325,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             metrics.update(calculate_debug_metrics(batch))
         return batch
 
-    def _advantages(self, batch: DataProto, metrics: dict, step=None) -> DataProto:
+    def compute_advantages(self, batch: DataProto, step: StepState) -> DataProto:
+        """Hook: the batch with `advantages` and `returns`: verl's estimator for its own names, else the project's
+        pipeline (old log-probs, entropies, planning masks, the SEPA lambda); its metrics go into `step.metrics`."""
         algo = self.config.algorithm
         if self.adv_config is None:
             return compute_advantage(
@@ -302,18 +359,30 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             metrics=adv_metrics,
         )
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
-        metrics.update(adv_metrics)
+        step.metrics.update(adv_metrics)
         if self.sepa is not None:
             # SEPA's gate and EMA see this step's rollouts after its lambda was resolved (ALGORITHMS.md section 3).
             self.sepa.observe(adv_metrics.get("adv/exec_u_var_before"), adv_metrics.get("adv/correct_rate"))
         return batch
 
-    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict, step=None) -> DataProto:
-        """Reward -> old/ref log-probs -> values -> advantages -> critic/actor updates -> weight sync. `step` is a
-        recipe's own state for this step (the Composer's channels), handed to the two hooks a recipe overrides,
-        `_advantages` and `_update_actor`; None for the recipes that keep none."""
+    def new_step(self, metrics: dict, timing_raw: dict) -> StepState:
+        """Hook: the state this step hands `prepare_batch`, `compute_advantages`, `update_actor` and `after_update`."""
+        return StepState(metrics, timing_raw)
+
+    def prepare_batch(self, batch: DataProto, step: StepState) -> DataProto:
+        """Hook: the generated batch before its reward and log-probs are computed."""
+        return batch
+
+    def after_update(self, batch: DataProto, step: StepState) -> None:
+        """Hook: metrics of the trained batch, added to `step.metrics` once the update is done."""
+
+    def train_on_batch(self, batch: DataProto, metrics: dict, timing_raw: dict) -> DataProto:
+        """Reward -> old/ref log-probs -> values -> advantages -> critic/actor updates, through the hooks (module
+        docstring); the weight sync follows in the loop."""
         cfg = self.config
-        self._sleep_rollout()
+        step = self.new_step(metrics, timing_raw)
+        batch = self.prepare_batch(batch, step)
+        self.sleep_rollout()
         if "response_mask" not in batch.batch.keys():
             batch.batch["response_mask"] = compute_response_mask(batch)
         if cfg.trainer.balance_batch:
@@ -343,18 +412,19 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             batch = self._rollout_correction(batch, metrics)
-            batch = self._advantages(batch, metrics, step)
+            batch = self.compute_advantages(batch, step)
         if self.use_critic:
             with marked_timer("update_critic", timing_raw, color="pink"):
                 metrics.update(reduce_metrics(self._update_critic(batch).meta_info["metrics"]))
         # During critic warmup the actor is unchanged (sync_weights still wakes the replicas).
         if cfg.trainer.critic_warmup <= self.global_steps:
             with marked_timer("update_actor", timing_raw, color="red"):
-                actor_output = self._update_actor(batch, step)
+                actor_output = self.update_actor(batch, step)
             metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
         rollout_data_dir = cfg.trainer.get("rollout_data_dir", None)
         if rollout_data_dir:
             self._log_rollout_data(batch, reward_extra, timing_raw, rollout_data_dir)
+        self.after_update(batch, step)
         return batch
 
     def _rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -390,50 +460,38 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 rollout.n = saved
 
     def actor_update_flags(self) -> dict:
-        """Extra non-tensor flags for the actor update's TensorDict (e.g. the Composer's `distillation_use_topk`,
+        """Hook: extra non-tensor flags for the actor update's TensorDict (e.g. the Composer's `distillation_use_topk`,
         which makes verl's engine call the installed loss function as a logits processor)."""
         return {}
 
-    def _update_actor(self, batch: DataProto, step=None) -> DataProto:
-        with self._rollout_n_as_group_size(), self._with_update_flags(self.actor_update_flags()):
+    def update_actor(self, batch: DataProto, step: StepState) -> DataProto:
+        """Hook: verl's actor update on `batch` (mini-batches of `responses_per_prompt`-row groups, with
+        `actor_update_flags()`); returns verl's output, its metrics in `meta_info["metrics"]`."""
+        with self._rollout_n_as_group_size(), update_flags(self.actor_rollout_wg, self.actor_update_flags()):
             return super()._update_actor(batch)
-
-    @contextlib.contextmanager
-    def _with_update_flags(self, flags: dict):
-        """verl's `_update_actor` builds the TensorDict and sets its flags itself, then calls
-        `actor_rollout_wg.update_actor(td)`; extra flags are added on the way to that call (the worker group binds
-        its remote methods as instance attributes, so the wrapper is restored afterwards)."""
-        if not flags:
-            yield
-            return
-        wg = self.actor_rollout_wg
-        original = wg.update_actor
-
-        def update_actor(td, *args, **kwargs):
-            tu.assign_non_tensor(td, **flags)
-            return original(td, *args, **kwargs)
-
-        wg.update_actor = update_actor
-        try:
-            yield
-        finally:
-            wg.update_actor = original
 
     def _update_critic(self, batch: DataProto) -> DataProto:
         with self._rollout_n_as_group_size():
             return super()._update_critic(batch)
 
     def sync_weights(self, timing_raw: dict) -> None:
+        """Hook: the trained weights to the rollout replicas (and wake them)."""
         with marked_timer("update_weights", timing_raw, color="red"):
             self.checkpoint_manager.update_weights(self.global_steps)  # also wakes the replicas
         self._rollout_awake = True
 
     # ------------------------------------------------------------------ the loop
-    def step_metrics(self) -> dict:
-        """Recipe-specific metrics added to every step's log line (the fast DAPO controller's counters)."""
-        return {}
+    def on_run_end(self) -> None:
+        """Hook: the run is over (finished, failed or interrupted), after the run log closed: close what the recipe
+        opened (teacher pools, episode ledgers); it may add to `closing_lines`."""
 
     def fit(self):
+        try:
+            self._fit()
+        finally:
+            self.on_run_end()
+
+    def _fit(self):
         val_only = bool(self.config.trainer.get("val_only", False))
         self._start_run(val_only)
         self._first_validation(val_only)
@@ -614,7 +672,6 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             )
         )
         m.update(gdpo_metrics(batch, self.config.algorithm))
-        m.update(self.step_metrics())
         return m
 
     def _timing_metrics(self, batch: DataProto, timing_raw: dict) -> dict:
