@@ -14,7 +14,6 @@ controller, so the three are compared side by side.
 from __future__ import annotations
 
 import os
-import uuid
 
 import numpy as np
 import torch
@@ -36,6 +35,7 @@ from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multi
 from verl_ext.curriculum.memory import probe_outcome
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 from verl_ext.trainer.probe import read_pass_rates
+from verl_ext.trainer.uids import assign_uids
 
 
 class GenerationBudgetExceeded(RuntimeError):
@@ -141,7 +141,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
                 it[0] = None
                 self.data_epoch += 1
                 continue
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            assign_uids(batch)
             return batch
         return None
 

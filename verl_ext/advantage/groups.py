@@ -34,3 +34,16 @@ def group_range(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> torch
     high = torch.full((n_groups,), -torch.inf, dtype=values.dtype).scatter_reduce_(0, gid, values, "amax")
     low = torch.full((n_groups,), torch.inf, dtype=values.dtype).scatter_reduce_(0, gid, values, "amin")
     return high - low
+
+
+def group_mean_std(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(G,) mean and unbiased std of `values` (bs,) within each group, verl's `grpo` convention: a group of one gets
+    mean 0 and std 1 (its advantage is then its own reward)."""
+    count = torch.zeros(n_groups, dtype=values.dtype, device=values.device)
+    count.index_add_(0, gid, torch.ones_like(values))
+    total = torch.zeros_like(count).index_add_(0, gid, values)
+    mean = total / count
+    sq_dev = torch.zeros_like(count).index_add_(0, gid, (values - mean[gid]) ** 2)
+    std = (sq_dev / (count - 1).clamp(min=1)).sqrt()
+    single = count == 1
+    return torch.where(single, torch.zeros_like(mean), mean), torch.where(single, torch.ones_like(std), std)

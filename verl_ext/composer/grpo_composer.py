@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_ext.advantage.groups import group_ids, group_mean_std
 from verl_ext.composer.sdpo import sdpo_advantage_term
 
 # Keys verl's legacy compute_advantage may pass that this estimator does not use.
@@ -55,8 +56,9 @@ def compute_grpo_composer_advantage(
 
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
-        group = torch.as_tensor(np.unique(np.asarray(index), return_inverse=True)[1].reshape(-1), dtype=torch.long)
-        mean, std = _group_mean_std(scores, group.to(scores.device))
+        group, n_groups = group_ids(index, len(scores))
+        group = group.to(scores.device)
+        mean, std = group_mean_std(scores, group, n_groups)
         centred = scores - mean[group]
         scalars = centred / (std[group] + epsilon) if norm_by_std else centred
         advantages = scalars.unsqueeze(-1) * response_mask
@@ -106,18 +108,3 @@ def _config_value(config: Any, key: str, default: Any) -> Any:
     else:
         value = getattr(config, key, default)
     return default if value is None else value
-
-
-def _group_mean_std(scores: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group mean and unbiased std; a group of one gets mean 0 and std 1 (verl's grpo convention)."""
-    n_groups = int(group.max().item()) + 1 if group.numel() else 0
-    count = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
-    count.index_add_(0, group, torch.ones_like(scores))
-    total = torch.zeros_like(count).index_add_(0, group, scores)
-    mean = total / count
-    sq_dev = torch.zeros_like(count).index_add_(0, group, (scores - mean[group]) ** 2)
-    std = (sq_dev / (count - 1).clamp(min=1)).sqrt()
-    single = count == 1
-    mean = torch.where(single, torch.zeros_like(mean), mean)
-    std = torch.where(single, torch.ones_like(std), std)
-    return mean, std

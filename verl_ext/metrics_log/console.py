@@ -29,12 +29,17 @@ COLUMNS = (
 )
 
 
+def is_number(value) -> bool:
+    """Whether a value read from a metric log is a finite number (a bool, a null/nan or a string is not)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
 def val_accuracy(metrics: Mapping) -> float | None:
     """The step's validation accuracy, if it validated: over all data sources (`VAL_ACC_ALL_PATTERN`) when logged,
     else the first `val-core/*/acc/mean@n` key in sorted order (a validation set of one data source)."""
     for pattern in (VAL_ACC_ALL_PATTERN, VAL_ACC_PATTERN):
         for key in sorted(metrics):
-            if fnmatch.fnmatchcase(key, pattern) and _finite(metrics[key]):
+            if fnmatch.fnmatchcase(key, pattern) and is_number(metrics[key]):
                 return float(metrics[key])
     return None
 
@@ -42,7 +47,7 @@ def val_accuracy(metrics: Mapping) -> float | None:
 def compact_line(step: int, total_steps: int, metrics: Mapping, seconds: float | None) -> str:
     parts = [f"step {step:>{len(str(total_steps))}}/{total_steps}"]
     for label, key, fmt in COLUMNS:
-        if _finite(metrics.get(key)):
+        if is_number(metrics.get(key)):
             parts.append(f"{label} {fmt.format(metrics[key])}")
     val = val_accuracy(metrics)
     if val is not None:
@@ -78,9 +83,5 @@ def check_baseline(baseline) -> None:
     end)."""
     if baseline is None:
         return
-    if not isinstance(baseline, Mapping) or set(baseline) != {"label", "value"} or not _finite(baseline["value"]):
+    if not isinstance(baseline, Mapping) or set(baseline) != {"label", "value"} or not is_number(baseline["value"]):
         raise ValueError(f"trainer.val_baseline must be null or {{label: <text>, value: <number>}}, got {baseline!r}")
-
-
-def _finite(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)

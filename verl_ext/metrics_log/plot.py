@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from verl_ext.metrics_log.console import is_number
 from verl_ext.metrics_log.jsonl import read_jsonl
 
 Series = tuple[list[float], list[float]]  # (x, values); x are ints for x = step
@@ -36,10 +37,6 @@ X_AXES = {"step": None, "tokens": TOKENS_KEY, "time": TIME_KEY}  # --x choice ->
 X_LABELS = {"step": "step", "tokens": "generated tokens", "time": "training time (s)"}
 
 
-def _finite(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
-
-
 def cumulative_at_steps(records: Sequence[Mapping], key: str) -> dict[int, float]:
     """{step: the cumulative `key` at that step} for every row's step: the value on the row, else on the last earlier
     row that logged it (a row may lack it, e.g. a recovered row); step 0, validation before training, is 0. Steps
@@ -48,7 +45,7 @@ def cumulative_at_steps(records: Sequence[Mapping], key: str) -> dict[int, float
     last = None
     for r in sorted(records, key=lambda r: r["step"]):
         step = int(r["step"])
-        if _finite(r.get(key)):
+        if is_number(r.get(key)):
             last = float(r[key])
         if step == 0:
             out[0] = 0.0
@@ -66,7 +63,7 @@ def points_against(
     steps, xs, values = [], [], []
     for r in records:
         v = r.get(key)
-        if not _finite(v):
+        if not is_number(v):
             continue
         step = int(r["step"])
         if at is not None and step not in at:
@@ -149,7 +146,7 @@ def plot_runs(
     xk = x_key(x)
     logs = {label: read_jsonl(p) for label, p in zip(labels, paths)}
     if xk is not None:
-        without = [label for label, recs in logs.items() if not any(_finite(r.get(xk)) for r in recs)]
+        without = [label for label, recs in logs.items() if not any(is_number(r.get(xk)) for r in recs)]
         if without:
             raise KeyError(f"x={x} reads {xk!r}, which runs {without} never logged")
     points = {label: {k: points_against(recs, k, xk) for k in keys} for label, recs in logs.items()}

@@ -42,7 +42,6 @@ import contextlib
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +80,7 @@ from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
 from verl_ext.trainer.profiling import ProfileSchedule
 from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
+from verl_ext.trainer.uids import assign_uids
 from verl_ext.trainer.update_flags import update_flags
 
 EXTRA_STATE_FILE = "verl_ext_state.pt"
@@ -285,7 +285,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
                 metrics, timing_raw = {"training/epoch": epoch}, {}
                 batch = DataProto.from_single_dict(batch_dict)
                 batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
-                batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+                assign_uids(batch)
                 gen_batch = self._get_gen_batch(batch)
                 gen_batch.meta_info["global_steps"] = self.global_steps
                 out = self.generate(gen_batch.repeat(repeat_times=n, interleave=True), timing_raw)

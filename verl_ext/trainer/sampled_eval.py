@@ -13,7 +13,6 @@ j = 1, 2, 4, ..., k).
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +22,7 @@ from verl import DataProto
 from verl_ext.curriculum.memory import prompt_keys
 from verl_ext.curriculum.pass_rates import pass_at, pass_at_grid
 from verl_ext.metrics_log.console import ALL_SOURCES
+from verl_ext.trainer.uids import assign_uids
 
 PASS_PREFIX = "val-pass"
 
@@ -53,7 +53,7 @@ def sample_counts(
     for batch_dict in tqdm(loader, desc=desc or f"{k} responses per prompt", unit="call"):
         batch = DataProto.from_single_dict(batch_dict)
         batch.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
-        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        assign_uids(batch)
         nt = batch.non_tensor_batch
         index.extend(_row_index(nt, len(batch), start=len(counts)))
         keys.extend(prompt_keys(nt[key_column]).tolist() if key_column in nt else [None] * len(batch))
