@@ -9,13 +9,12 @@ logger = logging.getLogger(__name__)
 
 
 def _load() -> None:
-    from verl_ext import advantage, agent, composer, cpu, shared_prefix
+    from verl_ext import advantage, agent, cpu, shared_prefix
     from verl_ext.cpu import platform  # noqa: F401  registers "cpu"; never auto-detected, only by VERL_PLATFORM=cpu
 
     if cpu.is_requested():
         cpu.activate()
-    advantage.register()  # maxrl, gtpo, gtpo_hicra, gtpo_sepa, composable in verl's estimator registry
-    composer.register()  # grpo_composer
+    advantage.register()  # maxrl, gtpo, gtpo_hicra, gtpo_sepa, composable, grpo_composer in verl's estimator registry
     agent.register()  # the external_agent agent loop (verl_ext/agent/external_loop.py)
     if not cpu.is_requested():
         shared_prefix.register()  # verl's cuda/npu FSDP engines with shared-prefix passes (the CPU backend has its own)

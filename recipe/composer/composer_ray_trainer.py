@@ -56,6 +56,7 @@ from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
 from recipe.composer.config_check import FIDELITY, composer_settings
+from verl_ext.advantage.grpo_composer import composer_advantages
 from verl_ext.agent.trainer import AgentEpisodesMixin
 from verl_ext.composer.actor_loss import TOPK_PREFIX, ComposerActorLoss, unpack_topk, update_means
 from verl_ext.composer.disagreement import (
@@ -68,7 +69,6 @@ from verl_ext.composer.disagreement import (
     prompt_groups,
     step_records,
 )
-from verl_ext.composer.grpo_composer import composer_advantages
 from verl_ext.composer.hints import error_sites_for_batch, plan_teacher_rows
 from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, update_batch
 from verl_ext.composer.rows import pad_rows, prompt_response_tokens

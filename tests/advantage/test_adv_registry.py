@@ -30,7 +30,7 @@ def test_the_names_are_the_registrys():
 
 @pytest.mark.parametrize("entry", [a for a in registry.ALGORITHMS if a is not registry.COMPOSABLE], ids=str)
 def test_every_algorithm_module_documents_its_formula_and_assumptions(entry):
-    fn = entry.fn if isinstance(entry, EpisodeMode) else entry.apply
+    fn = entry.apply if isinstance(entry, TokenTransform) else entry.fn
     doc = inspect.getmodule(fn).__doc__
     for part in ("Formula", "Assumptions", "Registry entry"):
         assert part in doc, f"{fn.__module__}: no {part!r} in the module docstring"

@@ -1,13 +1,13 @@
 """The composer recipe's settings on composed configs (no Ray). The trainer's pure pieces are tested beside their
-modules: composer_advantages in test_grpo_composer.py, sdpo_kl_estimate in test_sdpo_plan.py, update_batch in
-test_recipe_replay.py, answer_key in test_disagreement.py."""
+modules: composer_advantages in tests/advantage/test_grpo_composer.py, sdpo_kl_estimate in test_sdpo_plan.py,
+update_batch in test_recipe_replay.py, answer_key in test_disagreement.py."""
 
 from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
 
-from verl_ext.composer import register
+from verl_ext.advantage import register
 
 register()
 

@@ -1,6 +1,7 @@
 """Composable advantage pipeline for verl: MaxRL, GTPO, HICRA, SEPA, planning-token detection and plugins.
 
-`register()` adds the estimators `maxrl`, `gtpo`, `gtpo_hicra`, `gtpo_sepa`, `composable` to verl's registry
+`register()` adds the estimators `maxrl`, `gtpo`, `gtpo_hicra`, `gtpo_sepa`, `composable` and the Composer's
+`grpo_composer` to verl's registry
 (idempotent). verl's own `grpo` stays as it is (with `norm_adv_by_std_in_grpo=False` it is the reference GRPO).
 The formulas are in the modules named after each algorithm, each listed once in `registry` (how to add one is
 there); the config keys in `config` and advantage.yaml.
@@ -48,7 +49,9 @@ def register() -> None:
     from verl.trainer.ppo.core_algos import register_adv_est
 
     from verl_ext.advantage.estimators import verl_function
-    from verl_ext.advantage.registry import estimators
+    from verl_ext.advantage.registry import estimators, verl_estimators
 
     for name in estimators():
         register_adv_est(name)(verl_function(name))
+    for name, entry in verl_estimators().items():
+        register_adv_est(name)(entry.fn)

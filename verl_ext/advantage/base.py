@@ -1,4 +1,4 @@
-"""What an advantage algorithm is to the pipeline: its input object and the three kinds of registry entry.
+"""What an advantage algorithm is to the pipeline: its input object and the four kinds of registry entry.
 
 Each algorithm lives in its own module (its docstring gives the paper, the formula and the assumptions) and declares
 one entry, listed once in `registry.ALGORITHMS`:
@@ -10,6 +10,8 @@ one entry, listed once in `registry.ALGORITHMS`:
   `estimator=True` it is also `adv_estimator=<name>`: `advantage_mode`'s episode advantage, then this transform
   (e.g. `gtpo_sepa`). It works on the pipeline's scratch tensors (`TokenWork`).
 - `Composable`: an estimator whose episode mode and transform both come from the config (`composable`).
+- `VerlEstimator`: a whole estimator in verl's calling convention, registered as it is, for one whose inputs the
+  pipeline does not compose (`grpo_composer`: the Composer's teacher log-probs and error-site mask).
 
 `AdvantageInputs` is the one object every stage reads: built once per estimator call from verl's arguments.
 """
@@ -114,3 +116,11 @@ class Composable:
     @property
     def fixed(self) -> tuple[str | None, str | None]:
         return None, None
+
+
+@dataclass(frozen=True)
+class VerlEstimator:
+    name: str
+    fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]  # verl's signature: (token_level_rewards, response_mask,
+    # index, config=None, **kwargs) -> (advantages, returns)
+    summary: str

@@ -13,8 +13,9 @@ uncertainty kind or a whole algorithm (`adv_estimator=composable`).
 
 from __future__ import annotations
 
-from verl_ext.advantage.base import Composable, EpisodeMode, TokenTransform
+from verl_ext.advantage.base import Composable, EpisodeMode, TokenTransform, VerlEstimator
 from verl_ext.advantage.grpo import GRPO
+from verl_ext.advantage.grpo_composer import GRPO_COMPOSER
 from verl_ext.advantage.gtpo import GTPO
 from verl_ext.advantage.hicra import GTPO_HICRA
 from verl_ext.advantage.maxrl import MAXRL
@@ -22,19 +23,26 @@ from verl_ext.advantage.sepa import GTPO_SEPA
 
 COMPOSABLE = Composable("composable", summary="advantage_mode + transform_mode, or algorithm_mode, all from config.")
 
-ALGORITHMS: tuple[EpisodeMode | TokenTransform | Composable, ...] = (
+ALGORITHMS: tuple[EpisodeMode | TokenTransform | Composable | VerlEstimator, ...] = (
     GRPO,
     MAXRL,
     GTPO,
     GTPO_HICRA,
     GTPO_SEPA,
     COMPOSABLE,
+    GRPO_COMPOSER,
 )
 
 
 def estimators() -> dict[str, EpisodeMode | TokenTransform | Composable]:
-    """adv_estimator=<name> -> entry, for the project's estimators (any other name is verl's)."""
-    return {a.name: a for a in ALGORITHMS if a.estimator}
+    """adv_estimator=<name> -> entry, for the project's estimators the pipeline computes (any other name is verl's
+    or a `verl_estimators()` one)."""
+    return {a.name: a for a in ALGORITHMS if not isinstance(a, VerlEstimator) and a.estimator}
+
+
+def verl_estimators() -> dict[str, VerlEstimator]:
+    """adv_estimator=<name> -> entry, for the project's whole estimators in verl's calling convention."""
+    return {a.name: a for a in ALGORITHMS if isinstance(a, VerlEstimator)}
 
 
 def episode_modes() -> dict[str, EpisodeMode]:

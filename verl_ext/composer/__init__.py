@@ -3,11 +3,11 @@
 
     total_loss = grpo_loss + alpha_sdpo * sdpo_loss + beta_replay * replay_loss
 
-Modules (the Ray trainer lives in recipe/composer/):
+Modules (the Ray trainer lives in recipe/composer/; the `grpo_composer` estimator of channels 1 and 2, with the
+sampled-token SDPO term, in verl_ext/advantage/grpo_composer.py):
     jsd            generalized_jsd_loss: full-logit JSD, chunked over tokens
-    sdpo           sdpo_advantage_term (sampled-token SDPO, Recipe B); topk_generalized_jsd (full-logit SDPO on the
-                   teacher's top-k support); SdpoPlan: one step's error sites, teacher rows and either form's inputs
-    grpo_composer  the `grpo_composer` advantage estimator (GRPO + the sampled-token SDPO term); composer_advantages
+    sdpo           topk_generalized_jsd (full-logit SDPO on the teacher's top-k support); SdpoPlan: one step's error
+                   sites, teacher rows and either form's inputs
     dpo            dpo_loss for the trace-replay pairs; dpo_row_losses (each row against its partner's fixed log-ratio)
     actor_loss     ComposerActorLoss: verl's ppo_loss + alpha_sdpo * JSD + beta_replay * DPO, installed on the actor
                    with set_loss_fn; also the teacher pass's top-k collection, and the update's means (update_means)
@@ -17,7 +17,6 @@ Modules (the Ray trainer lives in recipe/composer/):
     teacher_pool   parallel, cached, capped, fault-tolerant OpenAI-compatible teacher queries
     disagreement   teacher answers -> DPO pairs, JSONL writer/reader; a step's prompt groups and their step records
     hints          error sites (env step metadata, error_kind, acc), hint templates, teacher rows and their alignment
-    registration   register(): puts `grpo_composer` into verl's registry
 
 Wiring the full-logit JSD into verl 0.9.1's actor: a registered policy loss only sees (B, T) log-probs of the
 sampled tokens. Logits are reachable only in the engine's loss callable (`actor.set_loss_fn`), which verl's FSDP
@@ -38,7 +37,6 @@ from verl_ext.composer.disagreement import (
     pair_from_step,
 )
 from verl_ext.composer.dpo import dpo_loss, sequence_log_probs
-from verl_ext.composer.grpo_composer import compute_grpo_composer_advantage
 from verl_ext.composer.hints import (
     DEFAULT_HINT_TEMPLATES,
     ErrorSite,
@@ -51,8 +49,6 @@ from verl_ext.composer.hints import (
     sdpo_loss_mask,
 )
 from verl_ext.composer.jsd import generalized_jsd_loss
-from verl_ext.composer.registration import register
-from verl_ext.composer.sdpo import sdpo_advantage_term
 from verl_ext.composer.teacher_pool import (
     TeacherAnswer,
     TeacherConfig,
@@ -76,17 +72,14 @@ __all__ = [
     "TeacherPoolConfig",
     "TeacherRequest",
     "build_teacher_context",
-    "compute_grpo_composer_advantage",
     "dpo_loss",
     "error_sites_from_step_meta",
     "extract_pairs",
     "generalized_jsd_loss",
     "math_error_sites",
     "pair_from_step",
-    "register",
     "render_hint",
     "response_token_log_probs",
-    "sdpo_advantage_term",
     "sdpo_loss_mask",
     "sequence_log_probs",
 ]

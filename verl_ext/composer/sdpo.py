@@ -1,4 +1,7 @@
-"""Sampled-token SDPO shaping as an advantage term (Composer "Recipe B", docs/ALGORITHMS.md section 6).
+"""SDPO, the Composer's channel 2: one step's teacher pass and either form's inputs (docs/ALGORITHMS.md section 6).
+
+The sampled-token form ("Recipe B") is an advantage term, computed by the `grpo_composer` estimator
+(verl_ext/advantage/grpo_composer.py: `sdpo_advantage_term`).
 
 Papers: SDPO, Huebotter et al., arXiv 2601.20802; OPSD, Zhao et al., arXiv 2601.18734 (its sampled-token form).
 The teacher is the same model scoring the student's own response tokens under the hint-augmented context, without
@@ -28,26 +31,6 @@ import torch
 from verl_ext.composer.hints import TeacherRow, place_teacher_values
 from verl_ext.composer.jsd import generalized_jsd_loss
 from verl_ext.composer.rows import pack_rows
-
-
-def sdpo_advantage_term(
-    teacher_logp: torch.Tensor,
-    student_logp: torch.Tensor,
-    error_mask: torch.Tensor,
-    alpha: float,
-) -> torch.Tensor:
-    """alpha * (teacher_logp - student_logp) at error-mask tokens, 0 elsewhere; all (B, T), no gradient."""
-    if not (teacher_logp.shape == student_logp.shape == error_mask.shape):
-        raise ValueError(
-            "teacher_logp, student_logp and error_mask must share one shape, got "
-            f"{tuple(teacher_logp.shape)}, {tuple(student_logp.shape)}, {tuple(error_mask.shape)}"
-        )
-    if not alpha >= 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
-    with torch.no_grad():
-        diff = teacher_logp.float() - student_logp.float()
-        # where(), not a product: a masked -inf log-prob (padding) must give 0, not NaN.
-        return torch.where(error_mask.bool(), alpha * diff, torch.zeros_like(diff))
 
 
 def topk_generalized_jsd(

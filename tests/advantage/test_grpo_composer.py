@@ -7,8 +7,8 @@ import torch
 from omegaconf import OmegaConf
 from verl import DataProto
 
-from verl_ext.composer import compute_grpo_composer_advantage, register, sdpo_advantage_term
-from verl_ext.composer.grpo_composer import composer_advantages
+from verl_ext.advantage import register
+from verl_ext.advantage.grpo_composer import composer_advantages, compute_grpo_composer_advantage, sdpo_advantage_term
 
 
 def make_batch(seed, bsz=12, resp_len=7):

@@ -1,16 +1,21 @@
-"""`grpo_composer` advantage estimator: GRPO outcome advantage plus the sampled-token SDPO term ("Recipe B").
+"""`grpo_composer` advantage estimator: GRPO outcome advantage plus the sampled-token SDPO term ("Recipe B"), the
+Composer's channels 1 and 2 (docs/ALGORITHMS.md section 6). Papers: GRPO, Shao et al., arXiv 2402.03300; SDPO,
+Huebotter et al., arXiv 2601.20802 (the teacher is the same model under a hint, `verl_ext/composer/sdpo.py`).
 
-GRPO (Shao et al., arXiv 2402.03300), as verl's built-in `grpo`: per response, score r = sum of its token-level
-rewards; per group g of responses to one prompt (same uid):
+Formula, per response with score r = sum of its token-level rewards and group g = the responses of its prompt (uid),
+as verl's built-in `grpo`:
 
     A = (r - mean_g) / (std_g + eps)   if norm_adv_by_std_in_grpo (default), else  A = r - mean_g
 
-with the unbiased std, and mean 0 / std 1 for a group of one (verl's convention). A is broadcast over the
-response tokens (times response_mask). Then, if `alpha_sdpo` > 0 (see `sdpo.py`):
+broadcast over the response tokens (times response_mask); then, if `alpha_sdpo` > 0,
 
     A_t += alpha_sdpo * (logp_teacher_t - logp_student_t)   at error-site tokens (and only response tokens)
 
 Returns (advantages, returns) with returns = advantages, as verl's grpo does.
+Assumptions: one scalar reward per response; the unbiased std, and mean 0 / std 1 for a group of one (verl's
+convention); teacher and student log-probs aligned on the response tokens, student = the rollout's `old_log_probs`.
+Registry entry: a `VerlEstimator` (`adv_estimator=grpo_composer`): its SDPO inputs come from the Composer's trainer,
+not from the pipeline's `AdvantageInputs`.
 
 Config (verl's `algorithm` section; extra keys need a `+` on the command line):
     norm_adv_by_std_in_grpo (bool, default True): divide by the group std (False = Dr.GRPO).
@@ -26,8 +31,29 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_ext.advantage.base import VerlEstimator
 from verl_ext.advantage.groups import group_ids, group_mean_std
-from verl_ext.composer.sdpo import sdpo_advantage_term
+
+
+def sdpo_advantage_term(
+    teacher_logp: torch.Tensor,
+    student_logp: torch.Tensor,
+    error_mask: torch.Tensor,
+    alpha: float,
+) -> torch.Tensor:
+    """alpha * (teacher_logp - student_logp) at error-mask tokens, 0 elsewhere; all (B, T), no gradient."""
+    if not (teacher_logp.shape == student_logp.shape == error_mask.shape):
+        raise ValueError(
+            "teacher_logp, student_logp and error_mask must share one shape, got "
+            f"{tuple(teacher_logp.shape)}, {tuple(student_logp.shape)}, {tuple(error_mask.shape)}"
+        )
+    if not alpha >= 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    with torch.no_grad():
+        diff = teacher_logp.float() - student_logp.float()
+        # where(), not a product: a masked -inf log-prob (padding) must give 0, not NaN.
+        return torch.where(error_mask.bool(), alpha * diff, torch.zeros_like(diff))
+
 
 # Keys verl's legacy compute_advantage may pass that this estimator does not use.
 _IGNORED_KWARGS = frozenset({"reward_baselines"})
@@ -108,3 +134,10 @@ def _config_value(config: Any, key: str, default: Any) -> Any:
     else:
         value = getattr(config, key, default)
     return default if value is None else value
+
+
+GRPO_COMPOSER = VerlEstimator(
+    "grpo_composer",
+    compute_grpo_composer_advantage,
+    summary="GRPO advantages plus the sampled-token SDPO term at error-site tokens (the Composer).",
+)
