@@ -12,11 +12,8 @@ parsing. Fields, shapes and events are the translation's: nothing protocol-speci
         routes = (("POST", "/v1/my/endpoint", "create"),)   # served under /s/<episode_id> and under / + header
 
         async def create(self, request: web.Request) -> web.StreamResponse:
-            t0, s, body = await self.begin(request)
-            ignored = proto.check_fields(body)
-            turn = proto.to_chat_turn(body)                   # protocols/my_protocol.py
-            async with self.admitted():
-                result = await self.core.chat(s, turn)
+            t0, s, body, ignored = await self.begin(request, proto.check_fields)
+            result = await self.chat(s, proto.to_chat_turn(body))   # protocols/my_protocol.py
             return web.json_response(proto.build_reply(result), headers=reply_headers(ignored, result.fault))
 
         def error_response(self, e: RequestError) -> web.Response:   # optional: the protocol's error shape
@@ -30,11 +27,12 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from aiohttp import web
 
-from verl_ext.agent.gateway.core import EpisodeCore, RequestError, Session, TurnResult
+from verl_ext.agent.gateway.core import ChatTurn, EpisodeCore, RequestError, Session, TurnResult
 
 ADAPTERS: dict[str, type[WireAdapter]] = {}
 
@@ -58,12 +56,15 @@ class WireAdapter:
     def session(self, request: web.Request) -> Session:
         return self.core.session(request.match_info.get("sid") or request.headers.get("X-Episode-Id"))
 
-    async def begin(self, request: web.Request) -> tuple[float, Session, dict]:
+    async def begin(
+        self, request: web.Request, check_fields: Callable[[dict], list[str]]
+    ) -> tuple[float, Session, dict, list[str]]:
         """A generation request's start: the handler clock (for `stats.handler_s`), the count, its session, its
-        JSON body."""
+        JSON body, and the ignored fields present in it (`check_fields`: the protocol's; 400 on a refused one)."""
         t0 = time.perf_counter()
         self.core.stats.requests += 1
-        return t0, self.session(request), await read_json(request)
+        s, body = self.session(request), await read_json(request)
+        return t0, s, body, check_fields(body)
 
     @contextlib.asynccontextmanager
     async def admitted(self):
@@ -73,6 +74,11 @@ class WireAdapter:
             yield
         finally:
             self.core.release()
+
+    async def chat(self, s: Session, turn: ChatTurn) -> TurnResult:
+        """One chat round of session `s`, admitted under back-pressure."""
+        async with self.admitted():
+            return await self.core.chat(s, turn)
 
     def sampled_tokens(self, r: TurnResult) -> list[str] | None:
         """The sampled tokens, each decoded alone, for a reply's log-prob entries (None when none were asked)."""

@@ -17,11 +17,8 @@ class ChatCompletions(WireAdapter):
     routes = (("POST", "/v1/chat/completions", "create"),)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        ignored = proto.check_fields(body)
-        turn = proto.to_chat_turn(body)
-        async with self.admitted():
-            r = await self.core.chat(s, turn)
+        t0, s, body, ignored = await self.begin(request, proto.check_fields)
+        r = await self.chat(s, proto.to_chat_turn(body))
         headers, created = reply_headers(ignored, r.fault), int(time.time())
         self.core.stats.handler_s += time.perf_counter() - t0
         if body.get("stream"):

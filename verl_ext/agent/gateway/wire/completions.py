@@ -17,8 +17,7 @@ class Completions(WireAdapter):
     routes = (("POST", "/v1/completions", "create"),)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        ignored = proto.check_fields(body)
+        t0, s, body, ignored = await self.begin(request, proto.check_fields)
         turn = proto.to_text_turn(body)
         async with self.admitted():
             r = await self.core.complete(s, turn.prompt, turn.max_tokens, turn.stop, logprobs=turn.logprobs)

@@ -25,11 +25,8 @@ class Messages(WireAdapter):
     routes = (("POST", "/v1/messages", "create"), ("POST", "/v1/messages/count_tokens", "count_tokens"))
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        ignored = proto.check_fields(body)
-        turn = proto.to_chat_turn(body)
-        async with self.admitted():
-            r = await self.core.chat(s, turn)
+        t0, s, body, ignored = await self.begin(request, proto.check_fields)
+        r = await self.chat(s, proto.to_chat_turn(body))
         stopped_by = r.stop_sequence if r.finish_reason == "stop" else None  # Anthropic reports the stop string
         message = proto.build_message(r, stop_sequence=stopped_by, model=self.model_name)
         headers = reply_headers(ignored, r.fault)

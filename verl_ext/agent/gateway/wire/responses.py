@@ -27,11 +27,9 @@ class Responses(WireAdapter):
         self._held: dict[str, tuple[str, list[dict]]] = {}  # episode id -> (last response id, its conversation)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        ignored = proto.check_fields(body)
+        t0, s, body, ignored = await self.begin(request, proto.check_fields)
         turn, conversation = proto.to_chat_turn(body, self._held.get(s.episode_id))
-        async with self.admitted():
-            r = await self.core.chat(s, turn)
+        r = await self.chat(s, turn)
         lps = token_logprobs(self.sampled_tokens(r), r.logprobs)
         response = proto.build_response(body, r, model=self.model_name, created_at=time.time(), token_logprobs=lps)
         for eid in [e for e in self._held if e not in self.core.sessions]:  # episodes collected since
