@@ -349,7 +349,7 @@ async def codec_microbench(tok, builder, n: int = 200) -> dict[str, float]:
     without (verl's hermes parser behind the codec), the incremental prompt of a round after two tool results, and
     a fresh render of the same conversation. Under 64 agents the handler timings also include waiting for the event
     loop; these do not."""
-    from verl_ext.agent.toolcall import ToolCallCodec
+    from verl_ext.agent.gateway.toolcall import ToolCallCodec
 
     codec = ToolCallCodec(tok, "hermes", "none")
     call = '<tool_call>\n{{"name": "calc", "arguments": {{"expr": "{}"}}}}\n</tool_call>'
@@ -392,7 +392,7 @@ async def main_async(args):
     from transformers import AutoTokenizer
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-    from verl_ext.agent.gateway import Gateway
+    from verl_ext.agent.gateway.server import Gateway
     from verl_ext.toy import ensure_tiny_assets
     from verl_ext.toy.tokenizer import CHAT_TEMPLATE
 

@@ -11,6 +11,9 @@
 - no import cycle inside `verl_ext` among module-level imports. An import inside a function runs when the function
   is called, after every module involved has finished loading, so it is the accepted way to break a cycle (and to
   keep a heavy import off a light path); imports under `if TYPE_CHECKING:` never run and do not count.
+- the boundaries inside packages (`BOUNDARIES`, at any level): no library module imports the example agents; the
+  agent gateway's protocol translations import no HTTP (aiohttp, `wire/`, the server); the gateway imports nothing
+  of its verl side (only itself and `agent/trajectory.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "verl_ext"
@@ -132,6 +136,58 @@ def _built_recipe_paths(tree: ast.Module) -> list[tuple[str, int]]:
     return found
 
 
+class Boundary(NamedTuple):
+    """Modules under `within` (and not under `exempt`) import nothing under `forbidden` but what is under `allowed`.
+    A name covers the module and everything under it; a module's own parent packages never count (they load first
+    whatever it imports)."""
+
+    within: str
+    forbidden: tuple[str, ...]
+    why: str
+    allowed: tuple[str, ...] = ()
+    exempt: tuple[str, ...] = ()
+
+
+BOUNDARIES = (
+    Boundary(
+        "verl_ext",
+        ("verl_ext.agent.examples",),
+        "the example agents are programs users run, never library code",
+        exempt=("verl_ext.agent.examples",),
+    ),
+    Boundary(
+        "verl_ext.agent.gateway.protocols",
+        ("aiohttp", "verl_ext.agent.gateway.wire", "verl_ext.agent.gateway.server"),
+        "protocols/ is pure translation; its HTTP side is wire/",
+    ),
+    Boundary(
+        "verl_ext.agent.gateway",
+        ("verl_ext",),
+        "the gateway knows nothing of its verl side (agent loop, trainer, settings)",
+        allowed=("verl_ext.agent.gateway", "verl_ext.agent.trajectory"),
+    ),
+)
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def boundary_crossings(
+    parsed: dict[str, tuple[ast.Module, bool]], boundaries: tuple[Boundary, ...]
+) -> list[tuple[str, int, str, str]]:
+    """(module, line, what it imports, why not) for every import, at any level, that crosses a boundary."""
+    found = []
+    for b in boundaries:
+        for m, (tree, is_pkg) in parsed.items():
+            if not _under(m, (b.within,)) or _under(m, b.exempt):
+                continue
+            for t, line in _imports(tree, m, is_pkg, module_level_only=False):
+                if _under(t, b.forbidden) and not _under(t, b.allowed) and not m.startswith(t + "."):
+                    found.append((m, line, t, b.why))
+    return found
+
+
 def _parsed() -> dict[str, tuple[ast.Module, bool]]:
     return {m: (ast.parse(p.read_text(), str(p)), p.name == "__init__.py") for m, p in _modules().items()}
 
@@ -188,6 +244,35 @@ def test_no_import_cycle_inside_the_library():
         "module-level import cycle inside verl_ext: " + " -> ".join(cycle) + " (break it by moving the shared "
         "piece down, or import inside the function that needs it; docs/ARCHITECTURE.md)"
     )
+
+
+def test_no_import_crosses_a_boundary_inside_a_package():
+    found = [f"{m}:{line} imports {t} ({why})" for m, line, t, why in boundary_crossings(_parsed(), BOUNDARIES)]
+    assert not found, "import across a package boundary (docs/ARCHITECTURE.md):\n" + "\n".join(found)
+
+
+def test_the_boundary_check_sees_each_crossing():
+    """The boundaries on known modules: HTTP in a translation, the verl side in the gateway, an example agent in a
+    library module (inside a function too) are found; the gateway's own modules and `trajectory`, its parent
+    packages, and the examples importing each other are not."""
+    src = {
+        "verl_ext.agent.gateway.protocols.p": "from aiohttp import web\nfrom verl_ext.agent.gateway.core import X\n",
+        "verl_ext.agent.gateway.protocols.q": "from verl_ext.agent.gateway.wire.base import read_json\n",
+        "verl_ext.agent.gateway.core": (
+            "from verl_ext.agent.trajectory import Round\nfrom verl_ext.agent import trajectory\n"
+            "from verl_ext.agent.settings import AgentSettings\nimport verl\n"
+        ),
+        "verl_ext.trainer.t": "def f():\n    from verl_ext.agent.examples import calc_agent\n",
+        "verl_ext.agent.examples.a": "from verl_ext.agent.examples.score import task\n",
+    }
+    parsed = {m: (ast.parse(code), False) for m, code in src.items()}
+    found = {(m, line) for m, line, _, _ in boundary_crossings(parsed, BOUNDARIES)}
+    assert found == {
+        ("verl_ext.agent.gateway.protocols.p", 1),
+        ("verl_ext.agent.gateway.protocols.q", 1),
+        ("verl_ext.agent.gateway.core", 3),
+        ("verl_ext.trainer.t", 2),
+    }
 
 
 def test_the_checks_see_what_they_look_for():

@@ -84,7 +84,7 @@ def make_gateway(tokenizer, generate, **kw):
         create_continuous_token_builder,
     )
 
-    from verl_ext.agent.gateway import Gateway
+    from verl_ext.agent.gateway.server import Gateway
 
     builder = create_continuous_token_builder(tokenizer, hf_model_type="qwen2")
     args = {"model_name": "tiny", "prompt_length": 128, "response_length": 64, "api_key": "k"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from verl_ext.agent.core import SPLIT_REASONS, TOOL_FAULTS, Drift
+from verl_ext.agent.gateway.core import SPLIT_REASONS, TOOL_FAULTS, Drift
 from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.trainer import drift_metrics
 from verl_ext.metrics_log import read_jsonl

@@ -20,7 +20,7 @@ import pytest
 from tests.agent.tasks import write_tasks
 from tests.agent.test_e2e_agent_grpo import check_common
 from tests.conftest import e2e_config, run_task_runner, tiny_run_overrides
-from verl_ext.agent.core import SPLIT_REASONS
+from verl_ext.agent.gateway.core import SPLIT_REASONS
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,6 @@
-"""The Responses and Messages translations (pure): requests -> the core's chat form, replies -> the protocols'
-objects and event streams, checked against the `openai` and `anthropic` clients' own types."""
+"""The protocol translations (pure): chat completions, completions, Responses and Messages requests -> the core's
+form, replies -> the protocols' objects and event streams, checked against the `openai` and `anthropic` clients' own
+types."""
 
 from __future__ import annotations
 
@@ -7,17 +8,22 @@ import json
 
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from verl_ext.agent.core import RequestError, TurnResult
-from verl_ext.agent.protocols import messages as am
-from verl_ext.agent.protocols import responses as rs
-from verl_ext.agent.toolcall import ToolCall
+from verl_ext.agent.gateway.core import RequestError, TurnResult
+from verl_ext.agent.gateway.protocols import chat as cc
+from verl_ext.agent.gateway.protocols import completions as tc
+from verl_ext.agent.gateway.protocols import messages as am
+from verl_ext.agent.gateway.protocols import responses as rs
+from verl_ext.agent.gateway.toolcall import ToolCall
 
 CALC = {"type": "function", "name": "calc", "description": "evaluate", "parameters": {"type": "object"}, "strict": True}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": '{"expr": "2+3"}'}}
 REPLY = {"role": "assistant", "content": "Let me compute.", "reasoning_content": "think", "tool_calls": [CALL]}
+ASK = [{"role": "user", "content": "x"}]
 
 
 def result(message: dict, finish: str, n_prompt: int = 10, n_out: int = 4) -> TurnResult:
@@ -49,6 +55,114 @@ def messages_turn(body):
 def counter():
     n = iter(range(1000))
     return lambda prefix: f"{prefix}_{next(n)}"
+
+
+# ---------------------------------------------------------------- chat completions
+def test_chat_request_becomes_a_chat_turn():
+    body = {
+        "model": "m",
+        "messages": [{"role": "developer", "content": [{"type": "text", "text": "rules"}]}, *ASK],
+        "tools": [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}}],
+        "tool_choice": "required",
+        "max_completion_tokens": 7,
+        "stop": "\n\n",
+        "logprobs": True,
+        "temperature": 0.3,
+        "n": 1,
+    }
+    assert cc.check_fields(body) == ["temperature"]  # reported in the reply's header; n at its default passes
+    turn = cc.to_chat_turn(body)
+    assert turn.messages == [{"role": "system", "content": "rules"}, *ASK]
+    assert turn.tools == body["tools"] and turn.tool_choice == "required"
+    assert (turn.max_tokens, turn.stop, turn.logprobs) == (7, ("\n\n",), True)
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ({"messages": ASK, "n": 2}, "n=2 is not supported by the training gateway (one sampled continuation"),
+        ({"messages": ASK, "seed": 1}, "seed=1 is not supported"),
+        ({"messages": ASK, "best_of": 1}, "unknown field 'best_of'"),
+        ({"messages": []}, "messages must be a non-empty list"),
+        ({"messages": ASK, "tool_choice": "required"}, "tool_choice 'required' needs tools"),
+        ({"messages": ASK, "logprobs": 1}, "logprobs must be a boolean, got 1"),
+        ({"messages": ASK, "max_tokens": -1}, "max_tokens must be a positive integer, got -1"),
+        ({"messages": ASK, "stop": [""]}, "stop must be a non-empty string or a list of non-empty strings"),
+    ],
+)
+def test_chat_bad_requests_name_the_field(body, reason):
+    with pytest.raises(RequestError) as e:
+        cc.check_fields(body)
+        cc.to_chat_turn(body)
+    assert e.value.status == 400 and reason in e.value.message
+
+
+def test_chat_reply_and_chunks_are_valid_and_carry_the_same_message():
+    r = result(REPLY, "tool_calls")
+    c = ChatCompletion.model_validate(cc.build_completion(r, model="tiny", created=1))
+    assert c.object == "chat.completion" and c.id.startswith("chatcmpl-") and c.choices[0].logprobs is None
+    m = c.choices[0].message
+    assert m.content == "Let me compute." and m.tool_calls[0].id == "call_1"
+    assert m.model_extra["reasoning_content"] == "think" and c.choices[0].finish_reason == "tool_calls"
+    assert (c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.total_tokens) == (10, 4, 14)
+    chunks = [
+        ChatCompletionChunk.model_validate(e) for e in cc.stream_events(r, model="tiny", created=1, include_usage=True)
+    ]
+    assert len({k.id for k in chunks}) == 1 and chunks[-1].choices == [] and chunks[-1].usage.total_tokens == 14
+    deltas = [k.choices[0].delta for k in chunks[:-1]]
+    assert "".join(d.content or "" for d in deltas) == REPLY["content"]
+    assert "".join(d.model_extra.get("reasoning_content", "") for d in deltas) == "think"
+    calls = [tc for d in deltas for tc in d.tool_calls or []]
+    assert calls[0].id == "call_1" and "".join(tc.function.arguments for tc in calls) == CALL["function"]["arguments"]
+    assert chunks[-2].choices[0].finish_reason == "tool_calls"
+    assert len(cc.stream_events(r, model="tiny", created=1, include_usage=False)) == len(chunks) - 1
+
+
+def test_chat_logprobs_are_one_entry_per_sampled_token():
+    r = result({"content": "ab"}, "stop", n_out=2)
+    r.logprobs = [-0.5, -1.0]
+    c = ChatCompletion.model_validate(cc.build_completion(r, model="m", created=0, tokens=["a", "é"]))
+    entries = c.choices[0].logprobs.content
+    assert [(e.token, e.logprob, e.bytes, e.top_logprobs) for e in entries] == [
+        ("a", -0.5, [97], []),
+        ("é", -1.0, [195, 169], []),
+    ]
+    assert c.choices[0].message.content == "ab" and c.choices[0].message.tool_calls is None
+
+
+# ---------------------------------------------------------------- completions
+def test_completions_request_and_reply():
+    body = {"prompt": ["Count: 1"], "max_tokens": 3, "stop": ["\n"], "logprobs": 0, "echo": False, "user": "u"}
+    assert tc.check_fields(body) == ["user"]
+    assert tc.to_text_turn(body) == tc.TextTurn("Count: 1", 3, ("\n",), True)
+    assert not tc.to_text_turn({"prompt": "x"}).logprobs
+    r = result({"content": " 2"}, "stop", 4, 2)
+    r.logprobs = [-0.1, -0.2]
+    out = Completion.model_validate(tc.build_completion(r, model="m", created=0, tokens=[" ", "2"]))
+    assert out.id.startswith("cmpl-") and out.choices[0].text == " 2" and out.choices[0].finish_reason == "stop"
+    assert out.choices[0].logprobs.tokens == [" ", "2"] and out.choices[0].logprobs.token_logprobs == [-0.1, -0.2]
+    assert out.usage.total_tokens == 6
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ({"prompt": ""}, "prompt must be a non-empty string"),
+        ({"prompt": ["a", "b"]}, "prompt must be a non-empty string"),
+        ({"prompt": "x", "logprobs": 2}, "logprobs must be 0 or 1"),
+        ({"prompt": "x", "logprobs": True}, "logprobs must be 0 or 1"),
+        (
+            {"prompt": "x", "echo": True},
+            "echo=True is not supported by the training gateway (the prompt is not echoed)",
+        ),
+        ({"prompt": "x", "messages": ASK}, "unknown field 'messages'"),
+    ],
+)
+def test_completions_bad_requests_name_the_field(body, reason):
+    with pytest.raises(RequestError) as e:
+        tc.check_fields(body)
+        tc.to_text_turn(body)
+    assert e.value.status == 400 and reason in e.value.message
 
 
 # ---------------------------------------------------------------- Responses API
@@ -259,9 +373,6 @@ def test_messages_reply_and_stream_are_valid_and_round_trip(finish, stop_seq, me
     assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == len(out["content"])
     assert events[-2]["delta"]["stop_reason"] == reason and events[-2]["usage"]["output_tokens"] == 3
-
-
-ASK = [{"role": "user", "content": "x"}]
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from verl_ext.agent.core import match_history
-from verl_ext.agent.toolcall import (
+from verl_ext.agent.gateway.core import match_history
+from verl_ext.agent.gateway.toolcall import (
     ArgumentsNotJSON,
     ToolCallCodec,
     ToolSpecError,

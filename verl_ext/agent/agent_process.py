@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_ext.agent.episode import Outcome, decide
-from verl_ext.agent.gateway import Gateway, Session
+from verl_ext.agent.gateway.core import Session
+from verl_ext.agent.gateway.server import Gateway
 from verl_ext.agent.settings import AgentSettings
 
 

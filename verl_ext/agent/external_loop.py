@@ -36,7 +36,7 @@ from verl.experimental.agent_loop.agent_loop import (
 
 from verl_ext.agent.agent_process import run_episode
 from verl_ext.agent.episode import Status
-from verl_ext.agent.gateway import Gateway
+from verl_ext.agent.gateway.server import Gateway
 from verl_ext.agent.gateway_owner import LoopGateways
 from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings, gateway_key
 from verl_ext.agent.trajectory import truncate

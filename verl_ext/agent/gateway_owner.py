@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable
 
-from verl_ext.agent.gateway import Gateway
+from verl_ext.agent.gateway.server import Gateway
 
 _STOP_TIMEOUT_S = 10.0
 

@@ -12,9 +12,9 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_ext.agent.core import DEFAULT_HOST, DEFAULT_MAX_INFLIGHT
 from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES, check_rules
-from verl_ext.agent.toolcall import REASONING_PARSERS
+from verl_ext.agent.gateway.core import DEFAULT_HOST, DEFAULT_MAX_INFLIGHT
+from verl_ext.agent.gateway.toolcall import REASONING_PARSERS
 
 AGENT_LOOP_NAME = "external_agent"
 MODES = ("sync", "async")

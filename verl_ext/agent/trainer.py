@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 from verl import DataProto
 
-from verl_ext.agent.core import SPLIT_REASONS, TOOL_FAULTS
 from verl_ext.agent.episode import DROP_STATUSES, stale_mask, staleness
+from verl_ext.agent.gateway.core import SPLIT_REASONS, TOOL_FAULTS
 from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.settings import AgentSettings, uses_external_agent
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer

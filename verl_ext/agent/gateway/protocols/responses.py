@@ -29,10 +29,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_ext.agent.core import ChatTurn, TurnResult, normalize_message
-from verl_ext.agent.protocols import bad, checked_tool_choice, checked_tools, function_tool, text_parts
-from verl_ext.agent.wire.base import check_fields as _check_fields
-from verl_ext.agent.wire.base import positive_int
+from verl_ext.agent.gateway.core import ChatTurn, TurnResult, normalize_message
+from verl_ext.agent.gateway.protocols.fields import (
+    bad,
+    checked_tool_choice,
+    checked_tools,
+    function_tool,
+    positive_int,
+    text_parts,
+)
+from verl_ext.agent.gateway.protocols.fields import check_fields as _check_fields
 
 HONOURED = {"input", "instructions", "tools", "tool_choice", "max_output_tokens", "stream", "previous_response_id"}
 HONOURED |= {"text"}  # text.format {"type": "text"} only (checked in `to_chat_turn`); text.verbosity is ignored
@@ -68,7 +74,7 @@ def _new_id(prefix: str) -> str:
 
 
 def check_fields(body: dict) -> list[str]:
-    """Nothing silently ignored (`wire.base.check_fields`): the ignored fields present (for the reply's header)."""
+    """Nothing silently ignored (`fields.check_fields`): the ignored fields present (for the reply's header)."""
     return _check_fields(body, HONOURED, IGNORED, REJECTED)
 
 

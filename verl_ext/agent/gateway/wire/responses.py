@@ -1,5 +1,5 @@
 """OpenAI's Responses API (`POST /v1/responses`) over the episode core: the HTTP side of
-`verl_ext.agent.protocols.responses` (which fields, items and events mean what; see there).
+`verl_ext.agent.gateway.protocols.responses` (which fields, items and events mean what; see there).
 
 Served as `/s/<episode_id>/v1/responses` (base URL `.../s/<episode_id>/v1`, what `OPENAI_BASE_URL` names) and as
 `/v1/responses` with the header `X-Episode-Id`. `previous_response_id` names the episode's last response: the
@@ -12,8 +12,9 @@ import time
 
 from aiohttp import web
 
-from verl_ext.agent.protocols import responses as proto
-from verl_ext.agent.wire.base import WireAdapter, logprobs_block, register_adapter, reply_headers, write_sse
+from verl_ext.agent.gateway.protocols import responses as proto
+from verl_ext.agent.gateway.protocols.fields import token_logprobs
+from verl_ext.agent.gateway.wire.base import WireAdapter, register_adapter, reply_headers, write_sse
 
 
 @register_adapter
@@ -26,15 +27,11 @@ class Responses(WireAdapter):
         self._held: dict[str, tuple[str, list[dict]]] = {}  # episode id -> (last response id, its conversation)
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        ignored = proto.check_fields(body)
+        t0, s, body, ignored = await self.begin(request, proto.check_fields)
         turn, conversation = proto.to_chat_turn(body, self._held.get(s.episode_id))
-        async with self.admitted():
-            r = await self.core.chat(s, turn)
-        lps = logprobs_block(self.core.tokenizer, r.response_ids, r.logprobs)
-        response = proto.build_response(
-            body, r, model=self.model_name, created_at=time.time(), token_logprobs=lps and lps["content"]
-        )
+        r = await self.chat(s, turn)
+        lps = token_logprobs(self.sampled_tokens(r), r.logprobs)
+        response = proto.build_response(body, r, model=self.model_name, created_at=time.time(), token_logprobs=lps)
         for eid in [e for e in self._held if e not in self.core.sessions]:  # episodes collected since
             del self._held[eid]
         self._held[s.episode_id] = (response["id"], conversation + proto.output_to_messages(response))

@@ -32,10 +32,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from verl_ext.agent.core import ChatTurn, TurnResult, normalize_message
-from verl_ext.agent.protocols import bad, checked_tool_choice, checked_tools, function_tool, text_parts
-from verl_ext.agent.wire.base import check_fields as _check_fields
-from verl_ext.agent.wire.base import positive_int, stop_strings
+from verl_ext.agent.gateway.core import ChatTurn, TurnResult, normalize_message
+from verl_ext.agent.gateway.protocols.fields import (
+    bad,
+    checked_tool_choice,
+    checked_tools,
+    function_tool,
+    positive_int,
+    stop_strings,
+    text_parts,
+)
+from verl_ext.agent.gateway.protocols.fields import check_fields as _check_fields
 
 HONOURED = {"max_tokens", "messages", "system", "tools", "tool_choice", "stop_sequences", "stream"}
 # Accepted and not acted on: they do not change what is sampled or recorded.
@@ -75,7 +82,7 @@ def error_body(status: int, message: str) -> dict:
 
 
 def check_fields(body: dict) -> list[str]:
-    """Nothing silently ignored (`wire.base.check_fields`): the ignored fields present (for the reply's header)."""
+    """Nothing silently ignored (`fields.check_fields`): the ignored fields present (for the reply's header)."""
     return _check_fields(body, HONOURED, IGNORED, {})
 
 

@@ -1,5 +1,5 @@
 """Anthropic's Messages API (`POST /v1/messages`) over the episode core: the HTTP side of
-`verl_ext.agent.protocols.messages` (which fields, blocks and events mean what; see there).
+`verl_ext.agent.gateway.protocols.messages` (which fields, blocks and events mean what; see there).
 
 Served as `/s/<episode_id>/v1/messages` (base URL `.../s/<episode_id>`, what `ANTHROPIC_BASE_URL` names: the
 `anthropic` client appends `/v1/messages`) and as `/v1/messages` with the header `X-Episode-Id`. The key comes as
@@ -14,10 +14,9 @@ import time
 
 from aiohttp import web
 
-from verl_ext.agent.core import RequestError
-from verl_ext.agent.protocols import messages as proto
-from verl_ext.agent.toolcall import cut_at_stop, for_template
-from verl_ext.agent.wire.base import WireAdapter, read_json, register_adapter, reply_headers, write_sse
+from verl_ext.agent.gateway.core import RequestError
+from verl_ext.agent.gateway.protocols import messages as proto
+from verl_ext.agent.gateway.wire.base import WireAdapter, read_json, register_adapter, reply_headers, write_sse
 
 
 @register_adapter
@@ -26,14 +25,9 @@ class Messages(WireAdapter):
     routes = (("POST", "/v1/messages", "create"), ("POST", "/v1/messages/count_tokens", "count_tokens"))
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        ignored = proto.check_fields(body)
-        turn = proto.to_chat_turn(body)
-        async with self.admitted():
-            r = await self.core.chat(s, turn)
-        stopped_by = None
-        if turn.stop and r.finish_reason == "stop":  # which stop string ended the text (Anthropic reports it)
-            stopped_by = cut_at_stop(self.core.tokenizer.decode(r.response_ids, skip_special_tokens=True), turn.stop)[1]
+        t0, s, body, ignored = await self.begin(request, proto.check_fields)
+        r = await self.chat(s, proto.to_chat_turn(body))
+        stopped_by = r.stop_sequence if r.finish_reason == "stop" else None  # Anthropic reports the stop string
         message = proto.build_message(r, stop_sequence=stopped_by, model=self.model_name)
         headers = reply_headers(ignored, r.fault)
         self.core.stats.handler_s += time.perf_counter() - t0
@@ -42,18 +36,13 @@ class Messages(WireAdapter):
         return web.json_response(message, headers=headers)
 
     async def count_tokens(self, request: web.Request) -> web.Response:
-        """`{"input_tokens": n}`: the request's messages and tools rendered afresh by the chat template (what a
-        first round would be; a continuing round reuses the sampled ids, which a re-render approximates). Claude-Code
-        style harnesses ask this to track their context window."""
+        """`{"input_tokens": n}`: the request's messages and tools rendered afresh (`EpisodeCore.count_tokens`).
+        Claude-Code style harnesses ask this to track their context window."""
         self.session(request)
         body = await read_json(request)
         proto.check_fields(body)
         turn = proto.to_chat_turn(body, count_only=True)
-        try:
-            ids = self.core.builder.build_initial_tokens([for_template(m) for m in turn.messages], tools=turn.tools)
-        except Exception as e:  # a template that cannot render these messages: the client's to fix
-            raise RequestError(400, f"the chat template cannot render the messages: {e}") from None
-        return web.json_response({"input_tokens": len(ids)})
+        return web.json_response({"input_tokens": self.core.count_tokens(turn)})
 
     def error_response(self, e: RequestError) -> web.Response:
         # A closed episode stays closed: the anthropic client would otherwise retry a 409.

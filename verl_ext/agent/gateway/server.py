@@ -9,8 +9,10 @@ server and its routing; what a request means is decided elsewhere:
 
 - `core.EpisodeCore`: sessions, rounds, the token-true prompt of each round (history matching up to client
   re-serialization, drift accounting), the rollout call, the reply's parsing (`toolcall`: reasoning, tool calls);
-- `wire/`: one thin adapter per wire protocol (`chat_completions`: `POST .../v1/chat/completions`, `completions`:
-  `POST .../v1/completions`; see each module for its fields), registered in `wire.ADAPTERS`;
+- `protocols/`: each wire protocol's translation to and from the core's chat form (its fields, reply, events);
+- `wire/`: one thin HTTP adapter per wire protocol (`chat_completions`: `POST .../v1/chat/completions`,
+  `completions`: `POST .../v1/completions`, `responses`: `POST .../v1/responses`, `messages`:
+  `POST .../v1/messages`), registered in `wire.ADAPTERS`;
 - here: `GET .../v1/models`, `POST .../scores` (`{"score": float, "acc": float?, "step_metas": [dict|null, ...]?}`
   closes the episode; `step_metas[t]` is the environment's metadata for its reply to assistant turn t), pool mode's
   `GET /tasks/next`, the API key (`Authorization: Bearer <key>` or `x-api-key: <key>`), 503 while shutting down.
@@ -35,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from verl_ext.agent.core import (  # noqa: F401  (re-exported: the names callers used before the core existed)
+from verl_ext.agent.gateway.core import (
     DEFAULT_HOST,
     DEFAULT_MAX_INFLIGHT,
     EpisodeCore,
@@ -43,10 +45,9 @@ from verl_ext.agent.core import (  # noqa: F401  (re-exported: the names callers
     GenerateFn,
     RequestError,
     Session,
-    normalize_message,
 )
-from verl_ext.agent.wire import ADAPTERS, WireAdapter
-from verl_ext.agent.wire.base import read_json
+from verl_ext.agent.gateway.wire import ADAPTERS, WireAdapter
+from verl_ext.agent.gateway.wire.base import read_json
 
 
 class Gateway:

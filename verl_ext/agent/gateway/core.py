@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_ext.agent.toolcall import (
+from verl_ext.agent.gateway.toolcall import (
     ArgumentsNotJSON,
     ParsedReply,
     ToolCall,
@@ -100,10 +100,6 @@ class Session:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     scored: asyncio.Event = field(default_factory=asyncio.Event)  # set by POST /scores (ends a pool episode)
 
-    @property
-    def messages(self) -> list[dict] | None:  # the name earlier versions used
-        return self.history
-
 
 @dataclass
 class GatewayStats:
@@ -145,6 +141,7 @@ class TurnResult:
     response_ids: list[int]
     logprobs: list[float] | None  # the policy's log-probs of response_ids (when asked)
     fault: str | None = None  # why tool-call markup came back as plain content
+    stop_sequence: str | None = None  # the `stop` string that ended the text, when one did
 
     def usage(self) -> dict:
         n_p, n_c = len(self.prompt_ids), len(self.response_ids)
@@ -265,6 +262,18 @@ class EpisodeCore:
                 "tools: the model's chat template does not render tools, so the model would "
                 "never see them (use a tokenizer whose chat template has a tools section)",
             )
+
+    def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        """A fresh render of `messages` (already `for_template`) and `tools` by the chat template."""
+        try:
+            return self.builder.build_initial_tokens(messages, tools=tools)
+        except Exception as e:  # a template that cannot render these messages: the client's to fix
+            raise RequestError(400, f"the chat template cannot render the messages: {e}") from None
+
+    def count_tokens(self, turn: ChatTurn) -> int:
+        """The prompt tokens of `turn` rendered afresh (what a first round would be; a continuing round reuses the
+        sampled ids, which a re-render approximates). Nothing is generated or recorded."""
+        return len(self._render([for_template(m) for m in turn.messages], turn.tools))
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, sampling_params: dict[str, Any], episode_id: str | None = None, **meta) -> Session:
@@ -408,10 +417,7 @@ class EpisodeCore:
                         reason = "template_mismatch"
             if prompt_ids is None:  # first round, or a split: a new segment (trajectory.assemble_segments splits)
                 history = [for_template(m) for m in messages]
-                try:
-                    prompt_ids = self.builder.build_initial_tokens(history, tools=turn.tools)
-                except Exception as e:  # a template that cannot render these messages: the client's to fix
-                    raise RequestError(400, f"the chat template cannot render the messages: {e}") from None
+                prompt_ids = self._render(history, turn.tools)
                 start = len(prompt_ids) + len(forced)  # a forced call opening ends the segment's prompt
             self.stats.render_s += time.perf_counter() - t0
             self._count_join(s, prompt_ids, reason)
@@ -430,6 +436,7 @@ class EpisodeCore:
                 response_ids=ids,
                 logprobs=lps if turn.logprobs else None,
                 fault=parsed.fault_detail,
+                stop_sequence=parsed.stopped_by,
             )
             s.history, s.tools_key, s.text = history + [result.assistant_message()], tools_key, None
         return result
@@ -465,4 +472,5 @@ class EpisodeCore:
             prompt_ids=list(prompt_ids),
             response_ids=ids,
             logprobs=lps if logprobs else None,
+            stop_sequence=stopped_by,
         )

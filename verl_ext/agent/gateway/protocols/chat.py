@@ -1,10 +1,10 @@
-"""OpenAI chat completions (`POST /v1/chat/completions`) over the episode core.
+"""OpenAI chat completions (`POST /v1/chat/completions`) over the gateway's chat form (pure: no I/O, no tokenizer).
 
 Fields: `messages`, `tools`, `tool_choice` (`auto`, `none`, `required`, a named function: see `toolcall`), `stop`,
 `max_tokens` / `max_completion_tokens`, `logprobs`, `stream` (+ `stream_options.include_usage`) are honoured;
 `temperature`, `top_p`, `top_k` are the trainer's (listed in the reply's `X-Verl-Ext-Ignored` header); `n`, `seed`,
 `response_format`, `top_logprobs`, `logit_bias`, penalties, `parallel_tool_calls`, `reasoning_effort` are accepted
-only at their defaults and otherwise refused with a 400 naming the field (why: `base._WHY`); unknown fields too.
+only at their defaults and otherwise refused with a 400 naming the field (why: `fields._WHY`); unknown fields too.
 
 A reply with tool calls has `message.tool_calls` (ids `call_...`), `content` null when the model wrote nothing else,
 and `finish_reason: "tool_calls"`; reasoning is `message.reasoning_content`. Streaming sends the same reply as
@@ -14,23 +14,18 @@ arguments (the openai client and the frameworks assemble these), the finish reas
 
 from __future__ import annotations
 
-import time
 import uuid
 
-from aiohttp import web
-
-from verl_ext.agent.core import ChatTurn, RequestError, TurnResult, normalize_message
-from verl_ext.agent.toolcall import ToolSpecError, check_tool_choice, check_tools
-from verl_ext.agent.wire.base import (
-    WireAdapter,
-    check_fields,
-    logprobs_block,
+from verl_ext.agent.gateway.core import ChatTurn, TurnResult, normalize_message
+from verl_ext.agent.gateway.protocols.fields import (
+    bad,
+    checked_tool_choice,
+    checked_tools,
     positive_int,
-    register_adapter,
-    reply_headers,
     stop_strings,
-    write_sse,
+    token_logprobs,
 )
+from verl_ext.agent.gateway.protocols.fields import check_fields as _check_fields
 
 HONOURED = {
     "model",
@@ -61,22 +56,23 @@ AT_DEFAULT = {
 }
 
 
-def parse_chat_request(body: dict) -> tuple[ChatTurn, list[str]]:
-    """The request as the core's `ChatTurn` (400 naming the field on anything wrong) and the ignored fields."""
-    ignored = check_fields(body, HONOURED, IGNORED, AT_DEFAULT)
+def check_fields(body: dict) -> list[str]:
+    """Nothing silently ignored (`fields.check_fields`): the ignored fields present (for the reply's header)."""
+    return _check_fields(body, HONOURED, IGNORED, AT_DEFAULT)
+
+
+def to_chat_turn(body: dict) -> ChatTurn:
+    """The request as the core's `ChatTurn` (400 naming the field on anything wrong)."""
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
-        raise RequestError(400, "messages must be a non-empty list")
+        raise bad("messages must be a non-empty list")
     messages = [normalize_message(m, i) for i, m in enumerate(raw)]
-    try:
-        tools = check_tools(body.get("tools"))
-        choice = check_tool_choice(body.get("tool_choice"), tools)
-    except ToolSpecError as e:
-        raise RequestError(400, str(e)) from None
+    tools = checked_tools(body.get("tools"))
+    choice = checked_tool_choice(body.get("tool_choice"), tools)
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
-        raise RequestError(400, f"logprobs must be a boolean, got {logprobs!r}")
-    turn = ChatTurn(
+        raise bad(f"logprobs must be a boolean, got {logprobs!r}")
+    return ChatTurn(
         messages=messages,
         tools=tools,
         tool_choice=choice,
@@ -84,7 +80,6 @@ def parse_chat_request(body: dict) -> tuple[ChatTurn, list[str]]:
         stop=stop_strings(body.get("stop")),
         logprobs=bool(logprobs),
     )
-    return turn, ignored
 
 
 def chat_message(r: TurnResult) -> dict:
@@ -112,31 +107,28 @@ def stream_deltas(r: TurnResult) -> list[dict]:
     return out
 
 
-@register_adapter
-class ChatCompletions(WireAdapter):
-    name = "chat_completions"
-    routes = (("POST", "/v1/chat/completions", "create"),)
+def _envelope(model: str, created: int) -> dict:
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": created, "model": model}
 
-    async def create(self, request: web.Request) -> web.StreamResponse:
-        t0, s, body = await self.begin(request)
-        turn, ignored = parse_chat_request(body)
-        async with self.admitted():
-            r = await self.core.chat(s, turn)
-        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        headers = reply_headers(ignored, r.fault)
-        base = {"id": rid, "created": created, "model": self.model_name}
-        self.core.stats.handler_s += time.perf_counter() - t0
-        if body.get("stream"):
-            events = [{**base, "object": "chat.completion.chunk", "choices": [choice]} for choice in stream_deltas(r)]
-            if (body.get("stream_options") or {}).get("include_usage"):
-                events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": r.usage()})
-            return await write_sse(request, events, headers)
-        choice = {
-            "index": 0,
-            "message": chat_message(r),
-            "finish_reason": r.finish_reason,
-            "logprobs": logprobs_block(self.core.tokenizer, r.response_ids, r.logprobs),
-        }
-        return web.json_response(
-            {**base, "object": "chat.completion", "choices": [choice], "usage": r.usage()}, headers=headers
-        )
+
+def build_completion(r: TurnResult, *, model: str, created: int, tokens: list[str] | None = None) -> dict:
+    """The `chat.completion` object for the core's result; `tokens`: the sampled tokens, each decoded alone (when
+    the request asked for log-probs)."""
+    lps = token_logprobs(tokens, r.logprobs)
+    choice = {
+        "index": 0,
+        "message": chat_message(r),
+        "finish_reason": r.finish_reason,
+        "logprobs": None if lps is None else {"content": lps},
+    }
+    return {**_envelope(model, created), "object": "chat.completion", "choices": [choice], "usage": r.usage()}
+
+
+def stream_events(r: TurnResult, *, model: str, created: int, include_usage: bool) -> list[dict]:
+    """The `chat.completion.chunk` sequence delivering the core's result (already generated), then the usage chunk
+    when `stream_options.include_usage` asked for it."""
+    base = _envelope(model, created)
+    events = [{**base, "object": "chat.completion.chunk", "choices": [choice]} for choice in stream_deltas(r)]
+    if include_usage:
+        events.append({**base, "object": "chat.completion.chunk", "choices": [], "usage": r.usage()})
+    return events
