@@ -11,6 +11,9 @@
 - no import cycle inside `verl_ext` among module-level imports. An import inside a function runs when the function
   is called, after every module involved has finished loading, so it is the accepted way to break a cycle (and to
   keep a heavy import off a light path); imports under `if TYPE_CHECKING:` never run and do not count.
+- only shim modules patch verl or vLLM at run time (a module whose docstring starts `Shim for ` or, for a backend's
+  collected workarounds, `Every workaround `; each names the test that fails when upstream changes): no other module
+  assigns to an attribute or item of a name imported from verl or vLLM, or `setattr`s one;
 - the boundaries inside packages (`BOUNDARIES`, at any level): no library module imports the example agents; the
   agent gateway's protocol translations import no HTTP (aiohttp, `wire/`, the server); the gateway imports nothing
   of its verl side (only itself and `agent/trajectory.py`).
@@ -320,3 +323,117 @@ def test_a_recipe_path_built_at_run_time_is_seen():
     assert found[0][0] == "importlib.import_module(f'recipe.{name}.main')"
     assert found[3][0] == "f'recipe.{name}.config'"
     assert not _recipe_paths(ast.parse(src))  # none of them is a whole dotted path: the older rule missed them all
+
+
+# Shims: a patch of verl or vLLM at run time lives in a shim module (docs/ARCHITECTURE.md "Shims") ------------------
+SHIM_DOC = re.compile(r"^(Shim for |Every workaround )")  # one shim a module, or a backend's collected ones
+UPSTREAM = ("verl", "vllm")
+
+
+def is_shim(tree: ast.Module) -> bool:
+    return bool(SHIM_DOC.match(ast.get_docstring(tree) or ""))
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def upstream_patches(tree: ast.Module) -> list[tuple[str, int]]:
+    """Assignments to an attribute or item of a name imported from verl or vLLM (at any level), and `setattr` on
+    one: the direct form of a run-time patch. (Static: a patch through a name bound otherwise is not seen.)"""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] in UPSTREAM}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in UPSTREAM:
+            names |= {a.asname or a.name for a in node.names}
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and node.args:
+            targets = [ast.Attribute(value=node.args[0], attr="_")]
+        found += [
+            (ast.unparse(t), node.lineno)
+            for t in targets
+            if isinstance(t, ast.Attribute | ast.Subscript) and _root(t) in names
+        ]
+    return sorted(found, key=lambda f: f[1])
+
+
+def test_only_shim_modules_patch_verl_or_vllm():
+    found = [
+        f"{m}:{line} assigns {target}"
+        for m, (tree, _) in _parsed().items()
+        if not is_shim(tree)
+        for target, line in upstream_patches(tree)
+    ]
+    assert not found, "a patch of verl/vLLM outside a shim module (docs/ARCHITECTURE.md, Shims):\n" + "\n".join(found)
+
+
+def test_every_shim_names_a_test_that_exists():
+    shims = {m: ast.get_docstring(tree) for m, (tree, _) in _parsed().items() if is_shim(tree)}
+    assert {"verl_ext.cpu.shims", "verl_ext.trainer.update_flags", "verl_ext.agent.continuous_token"} <= set(shims)
+    for module, doc in shims.items():
+        tests = re.findall(r"tests/[\w/]+\.py", re.sub(r"/\s+", "/", doc))
+        assert tests, f"{module}: a shim's docstring names the test that fails when upstream changes"
+        missing = [t for t in tests if not (ROOT / t).exists()]
+        assert not missing, f"{module} names tests that do not exist: {missing}"
+
+
+def test_the_patch_check_sees_a_patch():
+    src = (
+        '"""A helper."""\n'
+        "import verl.utils as vu\n"
+        "from verl.trainer.ppo import core_algos\n"
+        "from vllm import LLM\n"
+        "def f(self, x):\n"
+        "    core_algos.compute_grpo = x\n"
+        "    vu.tokenizer.hf_tokenizer = x\n"
+        "    setattr(LLM, 'generate', x)\n"
+        "    core_algos.REGISTRY['a'] = x\n"
+        "    self.wg = x\n"
+        "    y = core_algos.thing\n"
+    )
+    tree = ast.parse(src)
+    assert [line for _, line in upstream_patches(tree)] == [6, 7, 8, 9]
+    assert not is_shim(tree) and is_shim(ast.parse('"""Shim for verl 0.9.1: why."""'))
+
+
+# What a recipe holds (docs/ARCHITECTURE.md "Where a new piece goes"): its config, its config check, its trainer and
+# its drivers; pure logic it needs lives in a verl_ext package ------------------------------------------------------
+RECIPE_FILES = ("__init__.py", "main.py", "config_check.py")
+
+
+def stray_recipe_modules(recipe_dir: Path) -> list[str]:
+    """The recipe's modules that are none of: its package file, driver (`main.py` or another module run with
+    `python -m`), config check, trainer (`*_ray_trainer.py`)."""
+    stray = []
+    for path in sorted(recipe_dir.glob("*.py")):
+        if path.name in RECIPE_FILES or path.name.endswith("_ray_trainer.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        runs = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
+        if not runs:
+            stray.append(path.name)
+    return stray
+
+
+def test_recipes_hold_config_check_trainer_and_drivers_only():
+    recipes = [p for p in sorted((ROOT / "recipe").iterdir()) if (p / "main.py").exists()]
+    assert {p.name for p in recipes} >= {"fast_dapo", "composer"}
+    found = {p.name: stray_recipe_modules(p) for p in recipes}
+    assert not any(found.values()), f"pure modules belong in a verl_ext package (docs/ARCHITECTURE.md): {found}"
+
+
+def test_the_recipe_check_sees_a_pure_module(tmp_path):
+    (tmp_path / "main.py").write_text("x = 1\n")
+    (tmp_path / "demo_ray_trainer.py").write_text("x = 1\n")
+    (tmp_path / "probe.py").write_text("def main():\n    pass\n\nif __name__ == '__main__':\n    main()\n")
+    (tmp_path / "helpers.py").write_text("def f():\n    return 1\n")
+    assert stray_recipe_modules(tmp_path) == ["helpers.py"]

@@ -9,8 +9,9 @@ logger = logging.getLogger(__name__)
 
 
 def _load() -> None:
-    from verl_ext import advantage, agent, cpu, shared_prefix
+    from verl_ext import advantage, agent, cpu
     from verl_ext.cpu import platform  # noqa: F401  registers "cpu"; never auto-detected, only by VERL_PLATFORM=cpu
+    from verl_ext.shared_prefix import registration as shared_prefix
 
     if cpu.is_requested():
         cpu.activate()

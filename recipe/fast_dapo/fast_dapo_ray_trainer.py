@@ -23,16 +23,16 @@ from verl import DataProto
 from verl.utils.debug import marked_timer
 
 from recipe.fast_dapo.config_check import FIDELITY, curriculum_settings
-from recipe.fast_dapo.staleness import (
+from verl_ext.agent.trainer import AgentEpisodesMixin, ok_episode_rows
+from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
+from verl_ext.curriculum.memory import probe_outcome
+from verl_ext.curriculum.staleness import (
     VERSION_KEY,
     probs_diff_by_staleness,
     rescreen_stale,
     staleness,
     staleness_metrics,
 )
-from verl_ext.agent.trainer import AgentEpisodesMixin, ok_episode_rows
-from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
-from verl_ext.curriculum.memory import probe_outcome
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 from verl_ext.trainer.probe import read_pass_rates
 from verl_ext.trainer.uids import assign_uids

@@ -1,5 +1,5 @@
 """Shared-prefix engines in verl's engine registry: the CPU backend's, and the swap for cuda/npu (a shim on verl
-0.9.1's registry layout, verl_ext/shared_prefix/__init__.py), which must still be needed and still apply."""
+0.9.1's registry layout, verl_ext/shared_prefix/registration.py), which must still be needed and still apply."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from verl_ext import cpu, shared_prefix
 from verl_ext.shared_prefix.engine import SharedPrefixLMHead
+from verl_ext.shared_prefix.registration import register
 
 
 def _registry():
@@ -28,8 +29,8 @@ def test_the_cpu_backend_registers_the_shared_prefix_engine():
 
 def test_gpu_engines_are_swapped_for_their_shared_prefix_subclasses():
     registry, impl = _registry()
-    shared_prefix.register()
-    shared_prefix.register()  # idempotent
+    register()
+    register()  # idempotent
     for backend in ("fsdp", "fsdp2"):
         for device in shared_prefix.DEVICES:
             cls = registry._engines["language_model"][backend][device]

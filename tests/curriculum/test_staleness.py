@@ -6,7 +6,8 @@ import pytest
 import torch
 from verl import DataProto
 
-from recipe.fast_dapo.staleness import (
+from verl_ext.curriculum.controller import PHASE_KEY, SCREEN, DataController
+from verl_ext.curriculum.staleness import (
     VERSION_KEY,
     probs_diff_by_staleness,
     rescreen_stale,
@@ -14,7 +15,6 @@ from recipe.fast_dapo.staleness import (
     staleness,
     staleness_metrics,
 )
-from verl_ext.curriculum.controller import PHASE_KEY, SCREEN, DataController
 
 
 def test_staleness_and_stale_prompts_match_a_loop():
