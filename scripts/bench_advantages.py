@@ -3,7 +3,7 @@
 Prints, on one batch (default 4096 responses x 2048 tokens, groups of 16, lengths uniform in [T/4, T]):
   1. each estimator's time as a ratio to verl's `grpo_vectorized` on the same batch (goal: <= 3x), called through
      verl's registry exactly as a trainer calls it, with and without the metrics dict;
-  2. the vectorised form's speed-up over the per-token reference of tests/advantage/adv_reference.py, timed on a
+  2. the vectorised form's speed-up over the per-token reference of verl_ext/advantage/reference.py, timed on a
      slice of the batch and extrapolated linearly to the whole batch (labelled as such);
   3. the planning detector's tokens/s on one thread (goal: >= 5M), on reasoning-like text tokenized by the
      project's tiny byte-level BPE tokenizer, pure ASCII and with a non-ASCII symbol in about half the rows.
@@ -18,22 +18,16 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "advantage"))  # the per-token reference lives with the tests
-
-import adv_reference as ref  # noqa: E402
-
-from verl_ext.advantage import register  # noqa: E402
-from verl_ext.advantage.gram_match import DEFAULT_STRATEGIC_GRAMS  # noqa: E402
-from verl_ext.advantage.planning import PlanningDetector  # noqa: E402
-from verl_ext.advantage.token_text import token_byte_table  # noqa: E402
+from verl_ext.advantage import reference as ref
+from verl_ext.advantage import register
+from verl_ext.advantage.gram_match import DEFAULT_STRATEGIC_GRAMS
+from verl_ext.advantage.planning import PlanningDetector
+from verl_ext.advantage.token_text import token_byte_table
 
 
 def make_batch(bs: int, T: int, group: int, seed: int = 0) -> dict:
