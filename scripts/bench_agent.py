@@ -26,7 +26,8 @@ request and the drift splits per 1,000 rounds (goal 0) are printed. `--rollout s
 rollout that answers instantly with a fixed reply (two parallel tool calls, then an answer), so every round really
 parses calls: it measures the gateway alone (no direct run, no ratio).
 
-Goals: gateway overhead < 5% of the rollout's time per request; mean batch >= 0.8 x agents. The tiny test model makes
+Goals, each printed beside its figure with PASS or MISS: gateway overhead < 5% of the rollout's time per request;
+mean batch >= 0.8 x agents; with tool agents, no drift split. The tiny test model makes
 the rollout's time per request ~3 ms, so its ratio is an upper bound of what a real model shows; `--size small`
 (Qwen2.5-0.5B's layers, random init) is a model of a size people train. Measured numbers: docs/AGENT.md section 4.
 
@@ -47,8 +48,16 @@ import os
 import statistics
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+from benchlib import Target
+
+OVERHEAD_TARGET = Target("<", 0.05)  # gateway overhead / the rollout's own time, per request
+BATCH_TARGET = Target(">=", 0.8)  # mean generation batch / agents in flight
+SPLITS_TARGET = Target("<=", 0)  # tool agents: drift splits per 1,000 rounds (goal 0)
 
 
 class BatchingRollout:
@@ -388,105 +397,149 @@ async def codec_microbench(tok, builder, n: int = 200) -> dict[str, float]:
     return out
 
 
-async def main_async(args):
+@dataclass
+class Setup:
+    """What every run of one invocation shares: the tokenizer, the Continuous Token builder, the lengths the gateway
+    is given, the agent its clients play, and the engine (None: a fresh HF BatchingRollout per run)."""
+
+    tok: Any
+    builder: Any
+    model_dir: str
+    prompt_length: int
+    response_length: int
+    play: Callable
+    engine: Any = None
+
+
+def make_setup(args) -> Setup:
+    """The model and tokenizer of `--size`, the lengths and agent of `--agent-kind`, the engine of `--rollout`."""
     from transformers import AutoTokenizer
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-    from verl_ext.agent.gateway.server import Gateway
     from verl_ext.toy import ensure_tiny_assets
     from verl_ext.toy.tokenizer import CHAT_TEMPLATE
 
     assets = ensure_tiny_assets(MODEL_SIZES[args.size])
     tok = AutoTokenizer.from_pretrained(assets.model_dir)
-    tools = args.agent_kind == "tools"
-    if tools:  # the chat template's tools block is in every prompt: the tiny models' 512 positions are the limit
+    if args.agent_kind == "tools":  # the chat template's tools block is in every prompt: 512 positions are the limit
         tok.chat_template = CHAT_TEMPLATE  # whatever template the cached assets were built with
-        prompt_length, response_length = 448, 64
-        play = tool_agent
+        prompt_length, response_length, play = 448, 64, tool_agent
         if args.rollout == "scripted":  # no model: room for every scripted reply (two calls are ~70 tokens)
             prompt_length, response_length, args.max_tokens = 4096, 200 * args.rounds, 200
     else:
-        prompt_length, response_length = 256, args.rounds * (args.max_tokens + 40)
-        play = agent
-    builder = create_continuous_token_builder(tok, hf_model_type="qwen2")
-    results = {"direct": [], "gateway": []}
+        prompt_length, response_length, play = 256, args.rounds * (args.max_tokens + 40), agent
     engine = None
     if args.rollout == "vllm":  # one engine for every run (its start-up is ~a minute on 2 cores)
         engine = VllmRollout(assets.model_dir, max_model_len=prompt_length + response_length)
     elif args.rollout == "scripted":
         engine = ScriptedRollout(tok)
-    modes = ("gateway",) if args.rollout == "scripted" else ("direct", "gateway")  # scripted: nothing to compare
-    # interleaved (direct, gateway) pairs; the first pair is warm-up, the medians of the others are reported
+    builder = create_continuous_token_builder(tok, hf_model_type="qwen2")
+    return Setup(tok, builder, str(assets.model_dir), prompt_length, response_length, play, engine)
+
+
+def rollout_for_run(setup: Setup, args):
+    """The shared engine with its statistics reset, or a fresh HF stand-in."""
+    if setup.engine is None:
+        eos, pad = setup.tok.eos_token_id, setup.tok.pad_token_id or 0
+        return BatchingRollout(setup.model_dir, eos, pad, args.max_batch, args.admit_ms / 1e3)
+    setup.engine.reset_stats()
+    return setup.engine
+
+
+async def run_direct(setup: Setup, rollout, args, wall: list[float]) -> None:
+    """Every agent's rounds as token ids straight to the rollout."""
+    if args.agent_kind == "tools":
+        await asyncio.gather(*[direct_tool_agent(rollout, setup.builder, args, wall) for _ in range(args.agents)])
+    else:
+        await asyncio.gather(
+            *[direct_agent(rollout, setup.builder, args.rounds, args.max_tokens, wall) for _ in range(args.agents)]
+        )
+
+
+async def run_gateway(setup: Setup, rollout, args, wall: list[float]):
+    """Every agent through a gateway started for this run; the gateway (still running) and its sessions."""
+    from verl_ext.agent.gateway.server import Gateway
+
+    gw = Gateway(
+        tokenizer=setup.tok,
+        builder=setup.builder,
+        generate=rollout.generate,
+        model_name="tiny",
+        prompt_length=setup.prompt_length,
+        response_length=setup.response_length,
+        max_inflight=args.agents,
+        api_key="bench",
+    )
+    await gw.start()
+    sessions = [gw.open_session(SAMPLING) for _ in range(args.agents)]
+    await asyncio.gather(
+        *[setup.play(gw.session_url(s.episode_id) + "/v1", args.rounds, args.max_tokens, wall) for s in sessions]
+    )
+    return gw, sessions
+
+
+def gateway_figures(st, sessions) -> dict:
+    """The gateway's time per request outside the rollout call, its render and parse time, tool calls and drift."""
+    joins = sum(ss.drift.extended + sum(ss.drift.split.values()) for ss in sessions)
+    calls = sum(len(m.get("tool_calls", [])) for ss in sessions for m in ss.history or [] if m["role"] == "assistant")
+    return {
+        "gateway_overhead_per_request_s": (st.handler_s - st.generate_s) / st.generations,
+        "rollout_call_per_request_s": st.generate_s / st.generations,
+        "rejected_429": st.rejected_429,
+        "render_per_request_s": st.render_s / st.generations,
+        "parse_per_request_s": st.parse_s / st.generations,
+        "splits_per_1k_rounds": 1000 * sum(sum(ss.drift.split.values()) for ss in sessions) / max(joins, 1),
+        "tool_calls_per_request": calls / st.generations,
+        "tool_faults": sum(sum(ss.drift.tool_faults.values()) for ss in sessions),
+    }
+
+
+async def one_run(setup: Setup, mode: str, args) -> dict:
+    """One run of every agent, `direct` or through the `gateway`: wall and latency, the rollout's busy time and
+    batches, and the gateway's figures."""
+    rollout = rollout_for_run(setup, args)
+    rollout.start()
+    wall: list[float] = []
+    gw = None
+    t0 = time.perf_counter()
+    if mode == "direct":
+        await run_direct(setup, rollout, args, wall)
+    else:
+        gw, sessions = await run_gateway(setup, rollout, args, wall)
+    total = time.perf_counter() - t0
+    await rollout.stop()
+    n = len(wall)
+    assert n == args.agents * args.rounds, n
+    r = {
+        "wall_s": total,
+        "requests": n,
+        "latency_mean_s": statistics.fmean(wall),
+        "rollout_busy_per_request_s": rollout.busy_s / n,
+        "mean_batch": statistics.fmean(rollout.batch_sizes),
+        "engine_passes": len(rollout.batch_sizes),
+    }
+    if gw is not None:
+        r.update(gateway_figures(gw.stats, sessions))
+        await gw.stop()
+    return r
+
+
+async def main_async(args):
+    """{mode: the median of each figure over the measured runs}: interleaved (direct, gateway) pairs, the first pair a
+    warm-up (scripted: gateway runs only, nothing to compare); with tool agents also the codec's sequential costs."""
+    setup = make_setup(args)
+    modes = ("gateway",) if args.rollout == "scripted" else ("direct", "gateway")
+    results = {"direct": [], "gateway": []}
     for mode in modes * (args.repeats + 1):
-        if engine is not None:
-            rollout = engine
-            rollout.reset_stats()
-        else:
-            rollout = BatchingRollout(
-                assets.model_dir, tok.eos_token_id, tok.pad_token_id or 0, args.max_batch, args.admit_ms / 1e3
-            )
-        rollout.start()
-        wall: list[float] = []
-        gw = None
-        t0 = time.perf_counter()
-        if mode == "direct" and tools:
-            await asyncio.gather(*[direct_tool_agent(rollout, builder, args, wall) for _ in range(args.agents)])
-        elif mode == "direct":
-            await asyncio.gather(
-                *[direct_agent(rollout, builder, args.rounds, args.max_tokens, wall) for _ in range(args.agents)]
-            )
-        else:
-            gw = Gateway(
-                tokenizer=tok,
-                builder=builder,
-                generate=rollout.generate,
-                model_name="tiny",
-                prompt_length=prompt_length,
-                response_length=response_length,
-                max_inflight=args.agents,
-                api_key="bench",
-            )
-            await gw.start()
-            sessions = [gw.open_session(SAMPLING) for _ in range(args.agents)]
-            await asyncio.gather(
-                *[play(gw.session_url(s.episode_id) + "/v1", args.rounds, args.max_tokens, wall) for s in sessions]
-            )
-        total = time.perf_counter() - t0
-        await rollout.stop()
-        n = len(wall)
-        assert n == args.agents * args.rounds, n
-        r = {
-            "wall_s": total,
-            "requests": n,
-            "latency_mean_s": statistics.fmean(wall),
-            "rollout_busy_per_request_s": rollout.busy_s / n,
-            "mean_batch": statistics.fmean(rollout.batch_sizes),
-            "engine_passes": len(rollout.batch_sizes),
-        }
-        if gw is not None:
-            st = gw.stats
-            r["gateway_overhead_per_request_s"] = (st.handler_s - st.generate_s) / st.generations
-            r["rollout_call_per_request_s"] = st.generate_s / st.generations
-            r["rejected_429"] = st.rejected_429
-            r["render_per_request_s"] = st.render_s / st.generations
-            r["parse_per_request_s"] = st.parse_s / st.generations
-            joins = sum(ss.drift.extended + sum(ss.drift.split.values()) for ss in sessions)
-            r["splits_per_1k_rounds"] = 1000 * sum(sum(ss.drift.split.values()) for ss in sessions) / max(joins, 1)
-            calls = sum(
-                len(m.get("tool_calls", [])) for ss in sessions for m in ss.history or [] if m["role"] == "assistant"
-            )
-            r["tool_calls_per_request"] = calls / st.generations
-            r["tool_faults"] = sum(sum(ss.drift.tool_faults.values()) for ss in sessions)
-            await gw.stop()
-        results[mode].append(r)
-    if isinstance(engine, VllmRollout):
-        engine.shutdown()
-    if tools:
-        results["codec"] = [None, await codec_microbench(tok, builder)]
+        results[mode].append(await one_run(setup, mode, args))
+    if isinstance(setup.engine, VllmRollout):
+        setup.engine.shutdown()
+    if args.agent_kind == "tools":
+        results["codec"] = [None, await codec_microbench(setup.tok, setup.builder)]
     return {m: {k: statistics.median(x[k] for x in rs[1:]) for k in rs[1]} for m, rs in results.items() if rs}
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--rollout",
@@ -504,26 +557,24 @@ def main():
     ap.add_argument("--max-batch", type=int, default=256, help="hf rollout only")
     ap.add_argument("--repeats", type=int, default=3, help="measured (direct, gateway) pairs after a warm-up pair")
     ap.add_argument("--admit-ms", type=float, default=0.0, help="hf rollout only: admission window (both modes)")
-    args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    res = asyncio.run(main_async(args))
+    return ap.parse_args()
+
+
+def print_tool_path(res: dict, args) -> None:
     g = res["gateway"]
     if "codec" in res:
         print("tool path, sequential (ms per call): " + ", ".join(f"{k} {v:.3f}" for k, v in res["codec"].items()))
-    if args.agent_kind == "tools":
-        print(
-            f"tool agents ({args.agents} in flight, wall time in the handlers): render "
-            f"{g['render_per_request_s'] * 1e3:.2f} ms + parse {g['parse_per_request_s'] * 1e3:.2f} ms per request; "
-            f"tool calls per reply {g['tool_calls_per_request']:.2f}; tool-call faults {g['tool_faults']:.0f}; "
-            f"drift splits per 1000 rounds {g['splits_per_1k_rounds']:.1f} (goal 0)"
-        )
-    if "direct" not in res:
-        print(
-            f"rollout=scripted agents={args.agents} rounds={args.rounds}: gateway overhead per request "
-            f"{g['gateway_overhead_per_request_s'] * 1e3:.2f} ms, wall {g['wall_s']:.2f} s"
-        )
-        return
-    d = res["direct"]
+    splits = g["splits_per_1k_rounds"]
+    print(
+        f"tool agents ({args.agents} in flight, wall time in the handlers): render "
+        f"{g['render_per_request_s'] * 1e3:.2f} ms + parse {g['parse_per_request_s'] * 1e3:.2f} ms per request; "
+        f"tool calls per reply {g['tool_calls_per_request']:.2f}; tool-call faults {g['tool_faults']:.0f}; "
+        f"drift splits per 1000 rounds {splits:.1f} {SPLITS_TARGET.verdict(splits)}"
+    )
+
+
+def print_against_direct(res: dict, args) -> None:
+    d, g = res["direct"], res["gateway"]
     print(
         f"rollout={args.rollout} size={args.size} agents={args.agents} rounds={args.rounds} "
         f"max_tokens={args.max_tokens} (CPU; medians of {args.repeats} runs after a warm-up)"
@@ -536,16 +587,34 @@ def main():
         f"gateway overhead per request: {over * 1e3:.2f} ms; rollout engine time per request (direct): "
         f"{d['rollout_busy_per_request_s'] * 1e3:.2f} ms"
     )
-    print(f"RATIO overhead / rollout time per request = {over / d['rollout_busy_per_request_s']:.3f}  (goal < 0.05)")
+    overhead = over / d["rollout_busy_per_request_s"]
+    print(f"RATIO overhead / rollout time per request = {overhead:.3f}  {OVERHEAD_TARGET.verdict(overhead)}")
     print(
         f"RATIO end-to-end wall gateway / direct     = {g['wall_s'] / d['wall_s']:.3f}  (the 64 openai clients "
         "run in this same process: client-side cost included)"
     )
+    batch = g["mean_batch"] / args.agents
     print(
-        f"RATIO mean generation batch / agents       = {g['mean_batch'] / args.agents:.3f}  (goal >= 0.8; "
-        f"direct {d['mean_batch'] / args.agents:.3f})"
+        f"RATIO mean generation batch / agents       = {batch:.3f}  {BATCH_TARGET.verdict(batch)} "
+        f"(direct {d['mean_batch'] / args.agents:.3f})"
     )
     print(f"429 rejections (max_inflight = agents): {g['rejected_429']}")
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    res = asyncio.run(main_async(args))
+    if args.agent_kind == "tools":
+        print_tool_path(res, args)
+    if "direct" in res:
+        print_against_direct(res, args)
+        return
+    g = res["gateway"]
+    print(
+        f"rollout=scripted agents={args.agents} rounds={args.rounds}: gateway overhead per request "
+        f"{g['gateway_overhead_per_request_s'] * 1e3:.2f} ms, wall {g['wall_s']:.2f} s"
+    )
 
 
 if __name__ == "__main__":

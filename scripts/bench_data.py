@@ -21,6 +21,11 @@ import sys
 import tempfile
 import time
 
+from benchlib import Target
+
+PREPROCESS_TARGET = Target("<", 60, " s")  # the full-size file's preprocessing
+REWARD_TARGET = Target(">=", 1000, " responses/s")  # on one core, the time limit in force
+
 _SENTENCES = [
     "First, note that the expression can be rewritten as $(x+{a})^2 - {b}$.",
     "Substituting $n = {a}$ gives ${b}$, which we keep for later.",
@@ -104,8 +109,8 @@ def bench_preprocess(tmpdir: str) -> None:
     print(result.stats.report("preprocess"))
     print(f"[preprocess] train {result.n_train:,} / test {result.n_test:,}")
     print(
-        f"[preprocess] {facts.rows:,} rows in {took:.1f} s = {facts.rows / took:,.0f} rows/s (goal: < 60 s) -> "
-        f"{'OK' if took < 60 else 'MISSED'}"
+        f"[preprocess] {facts.rows:,} rows in {took:.1f} s = {facts.rows / took:,.0f} rows/s "
+        f"{PREPROCESS_TARGET.verdict(took)}"
     )
 
 
@@ -147,10 +152,8 @@ def bench_reward(n: int, timeout_s: float) -> None:
         f"[reward] ratio ours/verl: {rate_ours / rate_verl:.1f}x (no cache: {rate_nocache / rate_verl:.1f}x); "
         f"verdict agreement {agree:.1%}; mean score ours {sum(s_ours) / n:.3f}, verl {sum(s_verl) / n:.3f}"
     )
-    print(
-        f"[reward] goal >= 1000/s on one core: {'OK' if rate_ours >= 1000 else 'MISSED'} "
-        f"(no cache: {'OK' if rate_nocache >= 1000 else 'MISSED'})"
-    )
+    print(f"[reward] on one core: {rate_ours:,.0f} responses/s {REWARD_TARGET.verdict(rate_ours)}")
+    print(f"[reward] no cache:    {rate_nocache:,.0f} responses/s {REWARD_TARGET.verdict(rate_nocache)}")
 
     start = time.perf_counter()
     result = compute_score("bench", "\\boxed{9^{9^{9^{9}}}}", "5", timeout_s=timeout_s)

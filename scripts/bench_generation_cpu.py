@@ -5,7 +5,8 @@ of KV cache, every core) and generates what a fast DAPO call generates: P traini
 template, one worked example, the question) x S samples, each sample its own request (as verl's agent loop sends
 them), temperature 0.6, up to 64 tokens, the sampled token's log-prob returned. Each setting runs in a subprocess of
 its own (a fresh engine), one after the other; printed per setting: wall seconds of the call, generated tokens per
-second, prompt tokens per request and the share vLLM served from its prefix cache.
+second, prompt tokens per request and the share vLLM served from its prefix cache; then each block size's tokens/s
+against the first one's, beside its target (>= 1.5x) with PASS or MISS.
 
 The lever it checks: vLLM-CPU's KV-cache block is 128 tokens unless set, and a prompt here is ~97 tokens, so no block
 is ever full and prefix caching shares nothing: every sample prefills its whole prompt (the call computes ~4x as many
@@ -18,14 +19,14 @@ Usage: .venv/bin/python scripts/bench_generation_cpu.py [--prompts 32] [--sample
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import time
+
+from benchlib import Target, print_result, run_child
 
 TEMPERATURE = 0.6
 MAX_TOKENS = 64
+TARGET = Target(">=", 1.5, "x")  # generated tokens/s at a smaller block against the first block size given
 
 
 def prompts(n: int) -> list[list[int]]:
@@ -107,29 +108,14 @@ def main(argv=None) -> None:
     p.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one is not None:
-        print("RESULT " + json.dumps(one(args.one, args.prompts, args.samples)), flush=True)
+        print_result(one(args.one, args.prompts, args.samples))
         return
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     print(f"[bench] {args.prompts} prompts x {args.samples} samples, T {TEMPERATURE}, <= {MAX_TOKENS} tokens")
     print(f"{'block':>6} {'wall s':>7} {'generated':>9} {'tokens/s':>8} {'prompt tok/req':>14} {'prefix cached':>13}")
     results = []
     for bs in args.block_sizes:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--one",
-            str(bs),
-            "--prompts",
-            str(args.prompts),
-            "--samples",
-            str(args.samples),
-        ]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if line is None:
-            print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n")
-            raise SystemExit(f"block size {bs}: the engine failed")
-        r = json.loads(line[len("RESULT ") :])
+        r = run_child(__file__, ["--one", str(bs), "--prompts", str(args.prompts), "--samples", str(args.samples)], env)
         results.append(r)
         print(
             f"{r['block_size']:>6} {r['wall_s']:>7.1f} {r['generated']:>9} {r['tokens_per_s']:>8.1f} "
@@ -138,10 +124,8 @@ def main(argv=None) -> None:
         )
     base = results[0]
     for r in results[1:]:
-        print(
-            f"[bench] block {r['block_size']} vs {base['block_size']}: tokens/s "
-            f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x (target >= 1.5x)"
-        )
+        ratio = r["tokens_per_s"] / base["tokens_per_s"]
+        print(f"[bench] block {r['block_size']} vs {base['block_size']}: tokens/s {ratio:.2f}x {TARGET.verdict(ratio)}")
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from verl_ext.launch.artifacts import METRICS_FILE
+from verl_ext.launch.local_run import driver_command
 from verl_ext.metrics_log import read_jsonl
 
 # (label, regex of the line that ends the phase), in the order they happen.
@@ -43,7 +44,8 @@ STEP_TIMERS = ["gen", "old_log_prob", "ref", "adv", "update_actor", "update_weig
 
 
 def run(cmd: list[str], log_path: Path) -> list[tuple[float, str]]:
-    """Run `cmd`, returning (seconds since start, line) for every line of its merged stdout/stderr."""
+    """Run `cmd`, returning (seconds since start, line) for every line of its merged stdout/stderr (read as it
+    arrives, which is why this is not `verl_ext.launch.local_run.run_driver`: that one writes the lines to a file)."""
     start = time.perf_counter()
     lines = []
     with (
@@ -101,10 +103,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = args.overrides or ["+preset=cpu_demo"]
-    cmd = [
-        sys.executable,
-        "-m",
-        args.entry,
+    overrides = [
         *overrides,
         f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=true",
@@ -113,11 +112,11 @@ def main(argv=None) -> None:
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={out / 'run'}",
     ]
-    print(f"[profile] {' '.join(cmd[2:])}", flush=True)
+    print(f"[profile] {args.entry} {' '.join(overrides)}", flush=True)
     start = time.perf_counter()
-    lines = run(cmd, out / "run.log")
+    lines = run(driver_command(args.entry, overrides), out / "run.log")
     total = time.perf_counter() - start
-    metrics_path = out / "run" / "metrics.jsonl"
+    metrics_path = out / "run" / METRICS_FILE
     metrics = read_jsonl(metrics_path) if metrics_path.exists() else []
     print(report(milestones(lines), total, metrics))
     print(f"[profile] timestamped output: {out / 'run.log'}")

@@ -1,10 +1,10 @@
 """Episode-level advantages (GRPO reference style, MaxRL) and the uninformative-group rule vs the loop reference."""
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
+from verl_ext.advantage import reference as ref
 from verl_ext.advantage.groups import group_ids
 from verl_ext.advantage.grpo import grpo_advantages
 from verl_ext.advantage.maxrl import maxrl_advantages

@@ -3,12 +3,12 @@ metrics vs plain computations."""
 
 import math
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
 from verl_ext.advantage import AdvantageConfig, AdvantageInputs, compute_advantages
+from verl_ext.advantage import reference as ref
 
 
 def make_batch(seed, bs=24, T=16, group=4):

@@ -4,12 +4,12 @@ against the slow reference (decode, one regex per gram at every character, prefi
 
 import random
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
 from verl_ext.advantage import DEFAULT_STRATEGIC_GRAMS, PlanningDetector
+from verl_ext.advantage import reference as ref
 from verl_ext.advantage.gram_match import GramMatcher, parse_grams
 from verl_ext.advantage.token_text import token_byte_table
 

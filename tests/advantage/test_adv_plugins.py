@@ -3,12 +3,12 @@
 import sys
 import textwrap
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
 from verl_ext.advantage import AdvantageConfig, AdvantageInputs, PluginError, compute_advantages
+from verl_ext.advantage import reference as ref
 
 PLUGINS = """
 import torch

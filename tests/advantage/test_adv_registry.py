@@ -3,7 +3,6 @@ a new estimator is its module plus one entry (checked by adding two here: config
 
 import inspect
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
@@ -11,6 +10,7 @@ from omegaconf import OmegaConf
 
 from verl_ext.advantage import AdvantageConfig, AdvantageInputs, compute_advantages, register, registry
 from verl_ext.advantage import config as adv_config
+from verl_ext.advantage import reference as ref
 from verl_ext.advantage.base import EpisodeMode, TokenTransform
 from verl_ext.advantage.estimators import ESTIMATOR_FNS, verl_function
 from verl_ext.advantage.groups import group_mean

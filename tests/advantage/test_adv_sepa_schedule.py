@@ -2,10 +2,10 @@
 
 import math
 
-import adv_reference as ref
 import pytest
 
 from verl_ext.advantage import AdvantageConfig, SepaController
+from verl_ext.advantage import reference as ref
 
 
 @pytest.mark.parametrize("steps,delay", [(500, 50), (10, 0), (0, 5), (3, 7)])

@@ -2,11 +2,11 @@
 
 import math
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
 
+from verl_ext.advantage import reference as ref
 from verl_ext.advantage.gtpo import gtpo_weights, gtpo_weights_
 from verl_ext.advantage.hicra import hicra, hicra_factor_
 from verl_ext.advantage.sepa import sepa_pool, sepa_pool_

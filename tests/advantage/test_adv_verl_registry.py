@@ -1,7 +1,6 @@
 """The estimators inside verl: registration, verl's own compute_advantage on a DataProto, the registry call with
 the project trainer's keyword arguments, and the errors a stock trainer gets."""
 
-import adv_reference as ref
 import numpy as np
 import pytest
 import torch
@@ -13,6 +12,7 @@ from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.config import omega_conf_to_dataclass
 
 from verl_ext.advantage import DEFAULT_STRATEGIC_GRAMS, register, validate_algorithm_config
+from verl_ext.advantage import reference as ref
 
 NAMES = ["maxrl", "gtpo", "gtpo_hicra", "gtpo_sepa", "composable"]
 

@@ -3,26 +3,15 @@ element by element, on files in the formats it reads (verl's world-size-1 actor 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("policy_drift", ROOT / "scripts" / "policy_drift.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_drift_is_the_relative_distance_over_the_shared_parameters(tmp_path, capsys):
-    drift = _script()
+def test_drift_is_the_relative_distance_over_the_shared_parameters(tmp_path, capsys, load_script):
+    drift = load_script("policy_drift")
     base = {"a": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.ones(4)}
     save_file(base, str(tmp_path / "model.safetensors"))
     trained = {
@@ -46,8 +35,8 @@ def test_drift_is_the_relative_distance_over_the_shared_parameters(tmp_path, cap
     assert line[0] == "trained" and float(line[1]) == pytest.approx(got["relative_l2"], rel=1e-3)
 
 
-def test_bad_inputs_are_named(tmp_path):
-    drift = _script()
+def test_bad_inputs_are_named(tmp_path, load_script):
+    drift = load_script("policy_drift")
     with pytest.raises(FileNotFoundError, match="actor checkpoint"):
         drift.load_actor(tmp_path)
     with pytest.raises(FileNotFoundError, match="safetensors"):

@@ -1,16 +1,16 @@
 """The local campaign runner: every planned run of a spec as one process after another on this machine (each run
 already uses every GPU or core it is given), resumable, then all runs' curves in one plot. The cluster runner, one Ray
-job per run, is `submit.py`; the command line for both is `cli.py` (`scripts/campaign.py`)."""
+job per run, is `submit.py`; the command line for both is `cli.py` (`scripts/campaign.py`). Each run goes through
+`launch/local_run.py`, the benchmarks' runner too."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from verl_ext.campaign.spec import CampaignSpec, RunPlan, is_done, mark_done
 from verl_ext.launch.artifacts import METRICS_FILE
+from verl_ext.launch.local_run import driver_command, run_driver
 from verl_ext.metrics_log.plot import plot_runs
 
 CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
@@ -27,15 +27,12 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
     if not dry_run:
         print(f"[campaign] {spec.name}: {len(plans)} runs, {len(plans) - len(todo)} done before, {len(todo)} to run")
     for i, run in enumerate(todo, start=1):
-        cmd = [sys.executable, "-m", spec.entry, *run.overrides]
         if dry_run:
-            print(" ".join(cmd))
+            print(" ".join(driver_command(spec.entry, run.overrides)))
             continue
         print(f"[campaign] {i}/{len(todo)} {run.label}: started", flush=True)
-        run.run_dir.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
-        with open(run.run_dir / CONSOLE_FILE, "a") as console:
-            rc = subprocess.run(cmd, stdout=console, stderr=subprocess.STDOUT).returncode
+        rc = run_driver(spec.entry, run.overrides, run.run_dir / CONSOLE_FILE, append=True)
         took = time.monotonic() - start
         if rc == 0:
             mark_done(run.run_dir)

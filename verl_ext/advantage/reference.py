@@ -1,6 +1,7 @@
 """Slow, plainly written reference forms of every formula (ALGORITHMS.md sections 1-4): Python loops over groups,
-responses and tokens, floats in double precision. The fast vectorised package is checked against these, and
-scripts/bench_advantages.py times them. Nothing here imports verl_ext.advantage's math.
+responses and tokens, floats in double precision. The package's vectorised estimators are checked against these
+(tests/advantage/) and scripts/bench_advantages.py times them, so they live in the library where both import them.
+Nothing here imports verl_ext.advantage's math: a slip in the fast code cannot be repeated in its reference.
 """
 
 from __future__ import annotations
