@@ -34,6 +34,7 @@ from recipe.fast_dapo.staleness import (
 from verl_ext.agent.trainer import AgentEpisodesMixin
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
 from verl_ext.curriculum.memory import probe_outcome
+from verl_ext.metrics_log.keys import CURRICULUM_PREFIX, MIXED_FRAC_KEY, TRAIN_BATCH_GROUPS_KEY
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 from verl_ext.trainer.probe import read_pass_rates
 
@@ -124,7 +125,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         return self.controller.N
 
     def step_metrics(self) -> dict:
-        m = {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
+        m = {f"{CURRICULUM_PREFIX}{k}": float(v) for k, v in self.controller.counters.items()}
         m["curriculum/rescreened_prompts"] = float(self.rescreened_prompts)
         if self.auto_gen_batch.enable:
             m["curriculum/screen_prompts_last_call"] = float(self.controller.generation_counts.get("screen_prompts", 0))
@@ -237,8 +238,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         np.maximum.at(hi, gid, metric)
         return {
             "curriculum/train_batch_responses": float(len(batch)),
-            "curriculum/train_batch_groups": float(len(lo)),
-            "curriculum/train_groups_mixed_frac": float(np.mean(hi > lo)),
+            TRAIN_BATCH_GROUPS_KEY: float(len(lo)),
+            MIXED_FRAC_KEY: float(np.mean(hi > lo)),
             "curriculum/pad_rows_total": float(self.pad_rows),
             # Rows restored from a checkpoint written before the tag existed carry no version.
             **(
