@@ -33,6 +33,7 @@ from verl_ext.curriculum.staleness import (
     staleness,
     staleness_metrics,
 )
+from verl_ext.metrics_log.keys import CURRICULUM_PREFIX, MIXED_FRAC_KEY, TRAIN_BATCH_GROUPS_KEY
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 from verl_ext.trainer.probe import read_pass_rates
 from verl_ext.trainer.uids import assign_uids
@@ -122,7 +123,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
 
     def _controller_metrics(self) -> dict:
         """The controller's counters and what the step's batch was made of (`curriculum/*`)."""
-        m = {f"curriculum/{k}": float(v) for k, v in self.controller.counters.items()}
+        m = {f"{CURRICULUM_PREFIX}{k}": float(v) for k, v in self.controller.counters.items()}
         m["curriculum/rescreened_prompts"] = float(self.rescreened_prompts)
         if self.auto_gen_batch.enable:
             m["curriculum/screen_prompts_last_call"] = float(self.controller.generation_counts.get("screen_prompts", 0))
@@ -234,8 +235,8 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         np.maximum.at(hi, gid, metric)
         return {
             "curriculum/train_batch_responses": float(len(batch)),
-            "curriculum/train_batch_groups": float(len(lo)),
-            "curriculum/train_groups_mixed_frac": float(np.mean(hi > lo)),
+            TRAIN_BATCH_GROUPS_KEY: float(len(lo)),
+            MIXED_FRAC_KEY: float(np.mean(hi > lo)),
             "curriculum/pad_rows_total": float(self.pad_rows),
             # Rows restored from a checkpoint written before the tag existed carry no version.
             **(

@@ -34,6 +34,34 @@ def test_runs_expand_conditions_times_seeds(tmp_path):
     assert runs[2].overrides[-1] == "trainer.resume_mode=auto"  # after base: a stopped campaign resumes
 
 
+def test_select_checks_and_filters_the_runs_for_both_subcommands(tmp_path):
+    """--only, --seeds (report) and --runs (run) select through one method: spec order kept, unknown names refused
+    naming the option."""
+    spec = CampaignSpec.from_dict({"name": "c", "entry": "m", "seeds": [3, 4], "conditions": {"x": [], "y": []}})
+    assert spec.select(tmp_path) == spec.runs(tmp_path)
+    assert [r.label for r in spec.select(tmp_path, only=["y"])] == ["y_s3", "y_s4"]
+    assert [r.label for r in spec.select(tmp_path, seeds=[4], labels=["y_s3", "x_s4"])] == ["x_s4"]
+    for kwargs, match in (
+        ({"only": ["z"]}, r"--only: unknown conditions \['z'\]; the spec has \['x', 'y'\]"),
+        ({"seeds": [5]}, r"--seeds: \[5\] not among the spec's \[3, 4\]"),
+        ({"labels": ["x_s5"]}, r"--runs: unknown runs \['x_s5'\]"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            spec.select(tmp_path, **kwargs)
+
+
+def test_run_is_the_default_subcommand(tmp_path, capsys):
+    from verl_ext.campaign.cli import main
+
+    (tmp_path / "spec.yaml").write_text("name: demo\nentry: fake_entry\nconditions: {a: [x=1]}\nseeds: [0, 1]\n")
+    args = [str(tmp_path / "spec.yaml"), "--dry-run", "--preflight", "none", "--out-root", str(tmp_path / "out")]
+    assert main(["run", *args]) == 0
+    explicit = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == explicit
+    assert [line.split(" -m ")[1].split()[:2] for line in explicit.splitlines()] == [["fake_entry", "x=1"]] * 2
+
+
 @pytest.mark.parametrize(
     "raw,match",
     [

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from verl_ext.campaign.cli import main
+from verl_ext.campaign.render import final_markdown, speedup_markdown
 from verl_ext.campaign.summary import (
     cost_band,
     cost_table,
     expand_keys,
-    final_markdown,
     final_table,
     first_reach,
     resolve_target,
     seed_band,
-    speedup_markdown,
     speedup_table,
 )
 from verl_ext.metrics_log import JsonlMetricsWriter
@@ -311,8 +311,6 @@ def test_cost_band_interpolates_every_seed_onto_the_range_they_all_reached(campa
 def test_report_draws_the_target_key_against_tokens_and_time(tmp_path, campaign, monkeypatch):
     from matplotlib.figure import Figure
 
-    from verl_ext.campaign import report
-
     saved = {}
     real_savefig = Figure.savefig
 
@@ -326,7 +324,7 @@ def test_report_draws_the_target_key_against_tokens_and_time(tmp_path, campaign,
     )
     out = tmp_path / "out"
     write_campaign_logs(out / "demo", campaign)
-    assert report.main([str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25"]) == 0
+    assert main(["report", str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25"]) == 0
     fig = saved["report_tokens.png"]
     tok_ax, time_ax = fig.axes  # one panel per cost key
     assert TOK in tok_ax.get_xlabel() and TIME in time_ax.get_xlabel() and tok_ax.get_title() == VAL
@@ -342,7 +340,7 @@ def test_cost_curves_leave_out_a_cost_key_no_run_logged(tmp_path, campaign, monk
     """A recipe that logs no generated tokens (the Composer) gets the time panel only; with neither, no file."""
     from matplotlib.figure import Figure
 
-    from verl_ext.campaign.report import plot_cost_curves
+    from verl_ext.campaign.render import plot_cost_curves
 
     saved = []
     real_savefig = Figure.savefig
@@ -393,36 +391,35 @@ def test_default_target_key_takes_sampled_validation(campaign):
 
 
 def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, campaign, capsys):
-    from verl_ext.campaign import report
-
     (tmp_path / "spec.yaml").write_text(
         "name: demo\nentry: fake_entry\nconditions: {base: [], fast: []}\nseeds: [0, 1, 2, 3]\n"
     )
     out = tmp_path / "out"
     write_campaign_logs(out / "demo", campaign)
-    args = [str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25", "--speedup", "fast:base"]
-    assert report.main([*args, "--predicted", "fast:base=0.6"]) == 0
+    args = ["report", str(tmp_path / "spec.yaml"), "--out-root", str(out), "--target", "0.25", "--speedup", "fast:base"]
+    assert main([*args, "--predicted", "fast:base=0.6"]) == 0
     tables = [t for t in (out / "demo" / "report.md").read_text().split("\n\n") if "| fast / base |" in t]
     assert len(tables) == 2 and all(t.splitlines()[-1].endswith("| 0.600 |") for t in tables)  # tokens, time
     with pytest.raises(SystemExit, match="not one of the --speedup pairs"):
-        report.main([*args, "--predicted", "base:fast=0.6"])
+        main([*args, "--predicted", "base:fast=0.6"])
     with pytest.raises(SystemExit, match="COND:REF=RATIO"):
-        report.main([*args, "--predicted", "fast:base"])
-    assert report.main([*args, "--at-step", "5", "7"]) == 0
+        main([*args, "--predicted", "fast:base"])
+    assert main([*args, "--at-step", "5", "7"]) == 0
     md = (out / "demo" / "report.md").read_text()
     assert f"`{VAL}` at step 5" in md and f"`{VAL}` at step 7" not in md  # 7: off the validation grid
     assert "`critic/score/mean` at step 7" in md  # logged every step
-    assert report.main([*args, "--seeds", "0"]) == 0  # seed 0 alone: one run a condition
+    assert main([*args, "--seeds", "0"]) == 0  # seed 0 alone: one run a condition
     finals = (out / "demo" / "report.md").read_text().split(f"Final `{VAL}`")[1].split("\n\n")[1]
     assert "| base (baseline) | 1 |" in finals and "| fast | 1 |" in finals
     with pytest.raises(SystemExit, match="--seeds"):
-        report.main([*args, "--seeds", "9"])
+        main([*args, "--seeds", "9"])
 
 
 def test_time_net_of_validation_subtracts_the_validations_run_so_far():
     """Reference form: net time = training time - the sum of the validation times logged at steps 1..s; the
-    validation before training (step 0) is not in the training time and not subtracted."""
-    from verl_ext.campaign.summary import NET_TIME_KEY, VAL_TIME_KEY, add_time_net_of_validation
+    validation before training (step 0) is not in the training time and not subtracted. The loaded records are left
+    as read: the derived key is on copies."""
+    from verl_ext.campaign.derived import NET_TIME_KEY, VAL_TIME_KEY, time_net_of_validation
 
     recs = [
         {"step": 0, VAL_TIME_KEY: 9.0},
@@ -433,22 +430,29 @@ def test_time_net_of_validation_subtracts_the_validations_run_so_far():
         {"step": 5, TIME: 80.0},
     ]
     campaign = {"c": {0: recs}}
-    assert add_time_net_of_validation(campaign, TIME)
-    assert {r["step"]: r.get(NET_TIME_KEY) for r in recs} == {0: None, 1: 10.0, 2: 25.0, 3: 40.0, 4: None, 5: 71.0}
-    assert not add_time_net_of_validation({"c": {0: [{"step": 1, TIME: 3.0}]}}, TIME)
+    derived = time_net_of_validation(campaign, TIME)
+    assert derived is not None
+    net = derived["c"][0]
+    assert {r["step"]: r.get(NET_TIME_KEY) for r in net} == {0: None, 1: 10.0, 2: 25.0, 3: 40.0, 4: None, 5: 71.0}
+    assert [{k: v for k, v in r.items() if k != NET_TIME_KEY} for r in net] == recs  # the rows, in their order
+    assert all(NET_TIME_KEY not in r for r in recs)
+    assert time_net_of_validation({"c": {0: [{"step": 1, TIME: 3.0}]}}, TIME) is None
 
 
 def test_informative_groups_are_the_running_sum_of_mixed_groups_trained():
     """Reference form: at step s, sum over steps 1..s of train_batch_groups * train_groups_mixed_frac; a row without
-    a training batch (the validation before training) gets nothing."""
-    from verl_ext.campaign.summary import GROUPS_KEY, INFORMATIVE_KEY, MIXED_FRAC_KEY, add_informative_groups
+    a training batch (the validation before training) gets nothing. The loaded records are left as read."""
+    from verl_ext.campaign.derived import INFORMATIVE_KEY, informative_groups
+    from verl_ext.metrics_log.keys import MIXED_FRAC_KEY, TRAIN_BATCH_GROUPS_KEY
 
     recs = [
-        {"step": 2, GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 0.5},
+        {"step": 2, TRAIN_BATCH_GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 0.5},
         {"step": 0, "val-core/all/acc/mean@1": 0.1},
-        {"step": 1, GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 0.25},
-        {"step": 3, GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 1.0},
+        {"step": 1, TRAIN_BATCH_GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 0.25},
+        {"step": 3, TRAIN_BATCH_GROUPS_KEY: 4.0, MIXED_FRAC_KEY: 1.0},
     ]
-    assert add_informative_groups({"plain": {0: recs}})
-    assert {r["step"]: r.get(INFORMATIVE_KEY) for r in recs} == {0: None, 1: 1.0, 2: 3.0, 3: 7.0}
-    assert not add_informative_groups({"c": {0: [{"step": 1, GROUPS_KEY: 4.0}]}})
+    derived = informative_groups({"plain": {0: recs}})
+    assert derived is not None
+    assert {r["step"]: r.get(INFORMATIVE_KEY) for r in derived["plain"][0]} == {0: None, 1: 1.0, 2: 3.0, 3: 7.0}
+    assert all(INFORMATIVE_KEY not in r for r in recs)
+    assert informative_groups({"c": {0: [{"step": 1, TRAIN_BATCH_GROUPS_KEY: 4.0}]}}) is None

@@ -554,3 +554,13 @@ def test_dapo_drops_the_surplus_like_verl_recipe_while_plain_keeps_it():
         assert len(batch) == 4 and list(dict.fromkeys(batch.non_tensor_batch["uid"])) == ["a", "b"]
         assert ctrl.counters["groups_ready"] == left
         assert ctrl.counters["surplus_groups_dropped"] == 1 - left
+
+
+def test_the_counters_the_readers_name_are_the_controllers():
+    """The console, the plots and the campaign report read counters by their metric keys (metrics_log/keys.py); fast
+    DAPO's trainer logs every counter as the prefix plus its name, so each key names a counter the controller has."""
+    from verl_ext.metrics_log.keys import CURRICULUM_PREFIX, KEEP_RATE_KEY, RESPONSES_PER_GROUP_KEY, TOKENS_KEY
+
+    counters = DataController(train_batch_size=2, n=4, n_continue=4).counters
+    for key in (TOKENS_KEY, KEEP_RATE_KEY, RESPONSES_PER_GROUP_KEY):
+        assert key.startswith(CURRICULUM_PREFIX) and key.removeprefix(CURRICULUM_PREFIX) in counters, key

@@ -6,6 +6,9 @@
     .venv/bin/python scripts/campaign.py SPEC --submit http://HEAD:8265 --out-root /shared/campaigns \
         [--local-root outputs/campaign] [--max-concurrent 2]   # on a Ray cluster: verl_ext/campaign/submit.py
 
+Two subcommands: `run` (running a campaign) and `report`; `run` is the default, so `campaign.py SPEC ...` is
+`campaign.py run SPEC ...`.
+
 Before the first run, one run of every condition goes through its recipe's pre-flight check: a bad override fails
 the campaign at once (exit 2). `--preflight config` leaves out the data and model files (paths on a cluster's
 storage only), `--preflight none` skips the check. Runs go one after another (each already uses every GPU or core it
@@ -28,18 +31,46 @@ import argparse
 import sys
 from pathlib import Path
 
+from verl_ext.campaign import report
 from verl_ext.campaign.local import plot_curves, run_local
 from verl_ext.campaign.spec import CampaignSpec
 from verl_ext.launch.job import DEFAULT_PYTHON, PREFLIGHT_MODES
 
+COMMANDS = ("run", "report")
+
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["report"]:
-        from verl_ext.campaign.report import main as report_main
-
-        return report_main(argv[1:])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+        argv = ["run", *argv]  # the default subcommand: `campaign.py SPEC ...` is `campaign.py run SPEC ...`
     args = _parser().parse_args(argv)
+    return args.func(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = p.add_subparsers(dest="command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run every (condition, seed) of a spec (the default subcommand)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_arguments(run)
+    run.set_defaults(func=_run)
+    rep = commands.add_parser(
+        "report",
+        help="seed-band curves and tables of a campaign's runs",
+        description=report.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_arguments(rep)
+    rep.set_defaults(func=report.run)
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The `run` subcommand: pre-flight, then the runs, here or on a cluster."""
     spec = CampaignSpec.from_yaml(args.spec)
     plans = _selected(spec, args)
     if spec.plot_keys:
@@ -68,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec")
     p.add_argument("--out-root", default="outputs/campaign")
     p.add_argument("--only", nargs="+", help="condition names to run (default: all)")
@@ -87,23 +117,14 @@ def _parser() -> argparse.ArgumentParser:
         help="check one run per condition before the first run (verl_ext/campaign/check.py), and each job before "
         "it is submitted: full, config (no data/model files), none",
     )
-    return p
 
 
 def _selected(spec: CampaignSpec, args) -> list:
     """The runs `--only` and `--runs` select (all by default)."""
-    plans = spec.runs(args.out_root)
-    if args.only:
-        unknown = set(args.only) - set(spec.conditions)
-        if unknown:
-            raise SystemExit(f"--only: unknown conditions {sorted(unknown)}; the spec has {list(spec.conditions)}")
-        plans = [r for r in plans if r.condition in args.only]
-    if args.runs:
-        unknown = set(args.runs) - {r.label for r in spec.runs(args.out_root)}
-        if unknown:
-            raise SystemExit(f"--runs: unknown runs {sorted(unknown)}; labels are <condition>_s<seed>")
-        plans = [r for r in plans if r.label in args.runs]
-    return plans
+    try:
+        return spec.select(args.out_root, only=args.only, labels=args.runs)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
 
 
 def _preflight(spec: CampaignSpec, plans, files: str, say=None) -> bool:

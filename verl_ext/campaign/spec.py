@@ -18,6 +18,7 @@ interrupted run continues from its last checkpoint without duplicate metric line
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,30 @@ class CampaignSpec:
                 seeded = [o.replace("{seed}", str(seed)) for o in self.seed_overrides]
                 plans.append(RunPlan(cond, seed, run_dir, [*self.base, *cond_overrides, *seeded, *own]))
         return plans
+
+    def select(
+        self,
+        out_root: str | Path,
+        only: Sequence[str] | None = None,
+        seeds: Sequence[int] | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> list[RunPlan]:
+        """The runs of the conditions `only`, the `seeds` and the run `labels` (each None or empty: all), in `runs`
+        order. A name the spec lacks is a ValueError naming the campaign command's option (--only, --seeds, --runs)."""
+        plans = self.runs(out_root)
+        if only and (unknown := set(only) - set(self.conditions)):
+            raise ValueError(f"--only: unknown conditions {sorted(unknown)}; the spec has {list(self.conditions)}")
+        if seeds and (unknown := set(seeds) - set(self.seeds)):
+            raise ValueError(f"--seeds: {sorted(unknown)} not among the spec's {self.seeds}")
+        if labels and (unknown := set(labels) - {r.label for r in plans}):
+            raise ValueError(f"--runs: unknown runs {sorted(unknown)}; labels are <condition>_s<seed>")
+        return [
+            r
+            for r in plans
+            if (not only or r.condition in only)
+            and (not seeds or r.seed in seeds)
+            and (not labels or r.label in labels)
+        ]
 
 
 def is_done(run_dir: str | Path) -> bool:

@@ -1,4 +1,6 @@
-"""Campaign summaries from metric records (pure: no files, no plotting): seed bands, final-step tables, cost to target.
+"""Campaign summaries from metric records (pure: no files, no plotting, the records left as read): seed bands,
+final-step tables, cost to target, speed-ups. The report renders them (render.py) and derives further metrics first
+(derived.py).
 
 Input: per condition, per seed, the run's metric records (the JSONL log's dicts, ``{"step": s, key: value, ...}``).
 
@@ -52,21 +54,16 @@ from verl_ext.campaign.stats import (
     summarize,
     welch_t_test,
 )
-from verl_ext.metrics_log.plot import TIME_KEY as TIME_KEY  # re-exported: the cost keys are the plots' x axes
-from verl_ext.metrics_log.plot import TOKENS_KEY as TOKENS_KEY
+from verl_ext.metrics_log.console import is_number
 from verl_ext.metrics_log.plot import cumulative_at_steps, points_against
 
 Records = Sequence[Mapping]
 Campaign = Mapping[str, Mapping[int, Records]]  # condition -> seed -> records
 
 
-def _finite(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
-
-
 def logs_key(records: Records, key: str) -> bool:
     """Whether any of a run's records has a finite value of ``key``."""
-    return any(_finite(r.get(key)) for r in records)
+    return any(is_number(r.get(key)) for r in records)
 
 
 def expand_keys(patterns: Sequence[str], campaign: Campaign, required: bool) -> list[str]:
@@ -95,7 +92,7 @@ def seed_band(runs: Mapping[int, Records], key: str) -> Band:
     by_step: dict[int, list[float]] = {}
     for recs in runs.values():
         for r in recs:
-            if _finite(r.get(key)):
+            if is_number(r.get(key)):
                 by_step.setdefault(int(r["step"]), []).append(float(r[key]))
     steps = sorted(by_step)
     stats = [summarize(by_step[s]) for s in steps]
@@ -105,7 +102,7 @@ def seed_band(runs: Mapping[int, Records], key: str) -> Band:
 def final_value(records: Records, key: str, step: int | None = None) -> float | None:
     """The key's last finite value, or with ``step`` its value logged at exactly that step (None if not logged)."""
     for r in sorted(records, key=lambda r: r["step"], reverse=True):
-        if (step is None or r["step"] == step) and _finite(r.get(key)):
+        if (step is None or r["step"] == step) and is_number(r.get(key)):
             return float(r[key])
     return None
 
@@ -159,7 +156,7 @@ def first_reach(records: Records, key: str, target: float, cost_keys: Sequence[s
     """The first step with ``key`` >= target and each cost key's cumulative value there (see module docstring)."""
     at = {c: cumulative_at_steps(records, c) for c in cost_keys}
     for r in sorted(records, key=lambda r: r["step"]):
-        if _finite(r.get(key)) and r[key] >= target:
+        if is_number(r.get(key)) and r[key] >= target:
             step = int(r["step"])
             missing = [c for c in cost_keys if step not in at[c]]
             if missing:
@@ -209,7 +206,7 @@ def resolve_target(campaign: Campaign, key: str, target: float | None, target_fr
         summarize([v for recs in runs.values() if (v := final_value(recs, key)) is not None]).mean
         for runs in campaign.values()
     ]
-    means = [m for m in means if math.isfinite(m)]
+    means = [m for m in means if math.isis_number(m)]
     if not means:
         raise KeyError(f"no run logged {key!r}: cannot set a target relative to the best final value")
     return target_frac * max(means)
@@ -222,51 +219,6 @@ class CostRow:
     n: int
     step: Summary
     costs: dict[str, Summary]  # over the runs that reached the target
-
-
-VAL_TIME_KEY = "timing_s/testing"  # a step's validation time (verl's timer), in the step's training time
-NET_TIME_KEY = "time/train_net_of_val_s"  # derived: training time less the validations during training
-
-
-def add_time_net_of_validation(campaign: Campaign, time_key: str = TIME_KEY) -> bool:
-    """Give every row that logged `time_key` a `NET_TIME_KEY`: the training time less the validations run so far
-    (the row's own included). The validations are the same in every condition of a campaign (same set, same
-    schedule), so they add a constant to each arm's cost at each validation and pull cost ratios towards 1; the net
-    time is what the conditions spend differently. False (nothing added) when no run logged validation time."""
-    if not any(_finite(r.get(VAL_TIME_KEY)) for runs in campaign.values() for recs in runs.values() for r in recs):
-        return False
-    for runs in campaign.values():
-        for recs in runs.values():
-            validating = 0.0
-            for r in sorted(recs, key=lambda r: r["step"]):
-                if r["step"] > 0 and _finite(r.get(VAL_TIME_KEY)):
-                    validating += float(r[VAL_TIME_KEY])
-                if _finite(r.get(time_key)):
-                    r[NET_TIME_KEY] = float(r[time_key]) - validating
-    return True
-
-
-INFORMATIVE_KEY = "curriculum/informative_groups_trained"  # derived: mixed groups trained on so far
-GROUPS_KEY = "curriculum/train_batch_groups"  # groups in a step's training batch
-MIXED_FRAC_KEY = "curriculum/train_groups_mixed_frac"  # the fraction of them whose rewards were not all equal
-
-
-def add_informative_groups(campaign: Campaign) -> bool:
-    """Give every row that logged a training batch an `INFORMATIVE_KEY`: the groups with a mixed reward (the only
-    ones with a non-zero group-relative advantage) trained on up to and including the row's step. The arms differ in
-    what a step holds (plain trains every group it drew, dapo and fast only mixed ones), so accuracy against this count
-    asks whether progress follows the informative groups, the unit the cost model prices (responses per informative
-    group, docs/ALGORITHMS.md section 5). False (nothing added) when no run logged both keys."""
-    found = False
-    for runs in campaign.values():
-        for recs in runs.values():
-            trained = 0.0
-            for r in sorted(recs, key=lambda r: r["step"]):
-                if _finite(r.get(GROUPS_KEY)) and _finite(r.get(MIXED_FRAC_KEY)):
-                    trained += float(r[GROUPS_KEY]) * float(r[MIXED_FRAC_KEY])
-                    r[INFORMATIVE_KEY] = trained
-                    found = True
-    return found
 
 
 def cost_table(campaign: Campaign, key: str, target: float, cost_keys: Sequence[str]) -> list[CostRow]:
@@ -345,104 +297,3 @@ def _cost_or_total(hit: Reach | None, records: Records, cost_key: str) -> float:
         return hit.costs[cost_key]
     total = final_value(records, cost_key)
     return 0.0 if total is None else total
-
-
-# ---------------------------------------------------------------- markdown
-
-
-def _num(x: float) -> str:
-    """Readable at a glance: 123456, 85.3, 0.412; "-" for undefined."""
-    if not math.isfinite(x):
-        return "-"
-    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
-
-
-def _mean_std(s: Summary) -> str:
-    if s.n == 0:
-        return "-"
-    return _num(s.mean) if s.n < 2 else f"{_num(s.mean)} ± {_num(s.std)}"
-
-
-def final_markdown(
-    key: str, rows: Sequence[FinalRow], baseline: str, level: float = 0.95, step: int | None = None
-) -> str:
-    with_ci = any(r.ci is not None for r in rows)
-    head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
-    if with_ci:
-        head += [f"{level:.0%} CI of Δ (bootstrap)", f"paired Δ [{level:.0%} CI, BCa] (pairs)"]
-    title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
-    lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [
-            r.condition + (" (baseline)" if r.condition == baseline else ""),
-            str(r.summary.n),
-            _num(r.summary.mean),
-            _num(r.summary.std),
-            "-" if r.condition == baseline else f"{r.diff:+.3f}",
-            "-" if not math.isfinite(r.p) else f"{r.p:.3g}",
-        ]
-        if with_ci:
-            cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
-            cells.append(_paired_cell(r.paired))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _paired_cell(p: PairedResult | None) -> str:
-    if p is None or not math.isfinite(p.value):
-        return "-"
-    interval = f" [{p.low:+.3f}, {p.high:+.3f}]" if math.isfinite(p.low) else ""
-    method = "" if p.method in ("", "BCa") else f", {p.method}"
-    return f"{p.value:+.3f}{interval} ({p.n}{method})"
-
-
-def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
-    head = ["condition", "reached", "step", *cost_labels.values()]
-    lines = [
-        f"Cost to reach `{key}` >= {target:.3f} (mean ± std over the runs that reached it)",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
-    for r in rows:
-        cells = [r.condition, f"{r.reached}/{r.n}", _mean_std(r.step), *(_mean_std(r.costs[c]) for c in cost_labels)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def speedup_markdown(
-    key: str,
-    target: float,
-    cost_label: str,
-    rows: Sequence[SpeedupRow],
-    predicted: Mapping[tuple[str, str], float] | None = None,
-) -> str:
-    """The ratio table; `predicted` ({(condition, reference): ratio}, e.g. the pass-rate probe's cost model) adds
-    a column of the ratio predicted before the runs."""
-    extra = " predicted |" if predicted else ""
-    lines = [
-        f"Cost ratio to reach `{key}` >= {target:.3f} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
-        "condition is cheaper)",
-        "",
-        "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither | "
-        "censored runs at their total: bound [95% CI] |" + extra,
-        "|---|---|---|---|---|---|---|---|" + ("---|" if predicted else ""),
-    ]
-    for r in rows:
-        bound = "-"
-        if r.censored_ratio is not None:
-            c = r.censored_ratio
-            bound = f"{r.censored_bound} {_num(c.value)} {_ci(c)} ({c.n} pairs)"
-        line = (
-            f"| {r.condition} / {r.reference} | {_num(r.ratio.value)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
-            f"{r.only_condition} | {r.only_reference} | {r.neither} | {bound} |"
-        )
-        if predicted:
-            value = predicted.get((r.condition, r.reference))
-            line += f" {_num(value) if value is not None else '-'} |"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def _ci(r: PairedResult) -> str:
-    return f"[{r.low:.3f}, {r.high:.3f}]" if math.isfinite(r.low) else "-"

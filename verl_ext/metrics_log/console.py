@@ -13,6 +13,8 @@ import fnmatch
 import math
 from collections.abc import Mapping
 
+from verl_ext.metrics_log.keys import KEEP_RATE_KEY, RESPONSES_PER_GROUP_KEY
+
 COMPACT_BACKEND = "compact"
 # verl logs the mean accuracy of n validation samples per question as `mean@n` (n = val_kwargs.n: greedy runs log
 # mean@1, sampled validation e.g. mean@4).
@@ -24,8 +26,8 @@ VAL_ACC_ALL_PATTERN = f"val-core/{ALL_SOURCES}/acc/mean@*"
 # (label, metric key, format) of the per-step line, in order; a metric the step did not log is left out.
 COLUMNS = (
     ("reward", "critic/score/mean", "{:.3f}"),
-    ("keep", "curriculum/keep_rate", "{:.2f}"),
-    ("resp/group", "curriculum/responses_per_training_group", "{:.1f}"),
+    ("keep", KEEP_RATE_KEY, "{:.2f}"),
+    ("resp/group", RESPONSES_PER_GROUP_KEY, "{:.1f}"),
 )
 
 

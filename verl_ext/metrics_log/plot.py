@@ -10,10 +10,10 @@ lines. `--ema` overlays an exponential moving average (weight of the past) on no
 set `trainer.plot_keys` write `<metrics log stem>.png` next to the log when the run ends (verl_ext/trainer).
 Needs matplotlib (the `plot` extra).
 
-The x axis (`--x`, X_AXES): `step` (the row's training step), `tokens` (TOKENS_KEY: the tokens generated so far,
-counted by fast DAPO's curriculum controller in all three modes, plain and dapo included; other recipes do not log
-it) or `time` (TIME_KEY: the training loop's wall time so far, generation, checkpoints and the validations during
-training included, the validation before training not). Both are cumulative, written on every training step's row
+The x axis (`--x`, X_AXES): `step` (the row's training step), `tokens` (keys.TOKENS_KEY: the tokens generated so
+far, counted by fast DAPO's curriculum controller in all three modes, plain and dapo included; other recipes do not
+log it) or `time` (TIME_KEY: the training loop's wall time so far, generation, checkpoints and the validations
+during training included, the validation before training not). Both are cumulative, written on every training step's row
 and carried across resumes by the trainers. A step's x is that key's value on the step's row, or on the last earlier
 row that has it (`cumulative_at_steps`); step 0 (validation before training) is at 0. The campaign report's cost to
 a target (verl_ext/campaign/summary.py) reads the same keys through the same function.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 from verl_ext.metrics_log.console import is_number
 from verl_ext.metrics_log.jsonl import read_jsonl
+from verl_ext.metrics_log.keys import TOKENS_KEY
 
 Series = tuple[list[float], list[float]]  # (x, values); x are ints for x = step
 
-TOKENS_KEY = "curriculum/tokens_generated"  # cumulative generated tokens (response tokens, pad rows excluded)
 TIME_KEY = "time/train_total_s"  # cumulative wall time of the training loop in seconds (see the module docstring)
 X_AXES = {"step": None, "tokens": TOKENS_KEY, "time": TIME_KEY}  # --x choice -> the cumulative key it reads
 X_LABELS = {"step": "step", "tokens": "generated tokens", "time": "training time (s)"}

@@ -1,0 +1,206 @@
+"""The campaign report's rendering: markdown tables of summary.py's rows and the seed-band figures (matplotlib, the
+`plot` extra, imported when a figure is drawn).
+
+- Tables: the final values (`final_markdown`), the cost to a target (`cost_markdown`), the speed-ups
+  (`speedup_markdown`); numbers readable at a glance (`_num`), "-" for undefined.
+- Figures: one panel per key against the step, per condition the seeds' mean +- one sample std (`plot_bands`); the
+  target key against each cumulative cost, per condition summary.cost_band and every run's own points
+  (`plot_cost_curves`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from verl_ext.campaign.stats import PairedResult, Summary
+from verl_ext.campaign.summary import (
+    Campaign,
+    CostRow,
+    FinalRow,
+    SpeedupRow,
+    cost_band,
+    logs_key,
+    seed_band,
+)
+from verl_ext.metrics_log.plot import points_against, require_matplotlib, save_figure
+
+
+def _num(x: float) -> str:
+    """Readable at a glance: 123456, 85.3, 0.412; "-" for undefined."""
+    if not math.isfinite(x):
+        return "-"
+    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3f}"
+
+
+def _mean_std(s: Summary) -> str:
+    if s.n == 0:
+        return "-"
+    return _num(s.mean) if s.n < 2 else f"{_num(s.mean)} ± {_num(s.std)}"
+
+
+def final_markdown(
+    key: str, rows: Sequence[FinalRow], baseline: str, level: float = 0.95, step: int | None = None
+) -> str:
+    with_ci = any(r.ci is not None for r in rows)
+    head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
+    if with_ci:
+        head += [f"{level:.0%} CI of Δ (bootstrap)", f"paired Δ [{level:.0%} CI, BCa] (pairs)"]
+    title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
+    lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [
+            r.condition + (" (baseline)" if r.condition == baseline else ""),
+            str(r.summary.n),
+            _num(r.summary.mean),
+            _num(r.summary.std),
+            "-" if r.condition == baseline else f"{r.diff:+.3f}",
+            "-" if not math.isfinite(r.p) else f"{r.p:.3g}",
+        ]
+        if with_ci:
+            cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
+            cells.append(_paired_cell(r.paired))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _paired_cell(p: PairedResult | None) -> str:
+    if p is None or not math.isfinite(p.value):
+        return "-"
+    interval = f" [{p.low:+.3f}, {p.high:+.3f}]" if math.isfinite(p.low) else ""
+    method = "" if p.method in ("", "BCa") else f", {p.method}"
+    return f"{p.value:+.3f}{interval} ({p.n}{method})"
+
+
+def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
+    head = ["condition", "reached", "step", *cost_labels.values()]
+    lines = [
+        f"Cost to reach `{key}` >= {target:.3f} (mean ± std over the runs that reached it)",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in rows:
+        cells = [r.condition, f"{r.reached}/{r.n}", _mean_std(r.step), *(_mean_std(r.costs[c]) for c in cost_labels)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speedup_markdown(
+    key: str,
+    target: float,
+    cost_label: str,
+    rows: Sequence[SpeedupRow],
+    predicted: Mapping[tuple[str, str], float] | None = None,
+) -> str:
+    """The ratio table; `predicted` ({(condition, reference): ratio}, e.g. the pass-rate probe's cost model) adds
+    a column of the ratio predicted before the runs."""
+    extra = " predicted |" if predicted else ""
+    lines = [
+        f"Cost ratio to reach `{key}` >= {target:.3f} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
+        "condition is cheaper)",
+        "",
+        "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither | "
+        "censored runs at their total: bound [95% CI] |" + extra,
+        "|---|---|---|---|---|---|---|---|" + ("---|" if predicted else ""),
+    ]
+    for r in rows:
+        bound = "-"
+        if r.censored_ratio is not None:
+            c = r.censored_ratio
+            bound = f"{r.censored_bound} {_num(c.value)} {_ci(c)} ({c.n} pairs)"
+        line = (
+            f"| {r.condition} / {r.reference} | {_num(r.ratio.value)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
+            f"{r.only_condition} | {r.only_reference} | {r.neither} | {bound} |"
+        )
+        if predicted:
+            value = predicted.get((r.condition, r.reference))
+            line += f" {_num(value) if value is not None else '-'} |"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _ci(r: PairedResult) -> str:
+    return f"[{r.low:.3f}, {r.high:.3f}]" if math.isfinite(r.low) else "-"
+
+
+def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: str = "") -> Path:
+    """One panel per key against the step: per condition the seeds' mean, shaded +- one sample std
+    (summary.seed_band); a sparse key (validation every test_freq steps) with a marker at each point."""
+    plt = _pyplot()
+    if not keys:
+        raise ValueError("no metric keys to plot")
+    cols = min(len(keys), 3)
+    rows = math.ceil(len(keys) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.4 * rows), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        for cond, runs in campaign.items():
+            b = seed_band(runs, key)
+            if not b.steps:
+                continue
+            mean, std = np.asarray(b.mean), np.asarray(b.std)
+            sparse = len(b.steps) < 0.5 * (b.steps[-1] - b.steps[0] + 1)
+            line = ax.plot(
+                b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, label=f"{cond} (n={len(runs)})"
+            )[0]
+            ax.fill_between(b.steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    return save_figure(fig, out, title)
+
+
+def plot_cost_curves(
+    campaign: Campaign,
+    key: str,
+    cost_keys: Mapping[str, str],
+    out: str | Path,
+    target: float | None = None,
+    title: str = "",
+) -> Path | None:
+    """`key` against each cumulative cost key ({key: axis label}), one panel each: per condition the band of
+    summary.cost_band (mean +- one std over the seeds on the x range they all reached) and every run's own points.
+    Cost keys no run logged get no panel, runs that did not log one have no points on its panel; None (nothing
+    written) when no panel is left."""
+    logged = [c for c in cost_keys if any(logs_key(recs, c) for runs in campaign.values() for recs in runs.values())]
+    if not logged:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(logged), figsize=(5.2 * len(logged), 3.6), squeeze=False)
+    for ax, cost_key in zip(axes.flat, logged):
+        for cond, runs in campaign.items():
+            b = cost_band(runs, key, cost_key)
+            color, label = None, f"{cond} (n={len(runs)})"
+            if b.x:
+                mean, std = np.asarray(b.mean), np.asarray(b.std)
+                color = ax.plot(b.x, mean, lw=1.5, label=label)[0].get_color()
+                ax.fill_between(b.x, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+            for recs in runs.values():
+                _, xs, values = points_against(recs, key, cost_key) if logs_key(recs, cost_key) else ([], [], [])
+                if xs:
+                    kw = {"label": label} if color is None else {"color": color}
+                    color = ax.plot(xs, values, ls="none", marker="o", ms=2.5, alpha=0.5, **kw)[0].get_color()
+        if target is not None:
+            ax.axhline(target, color="gray", ls="--", lw=1, label=f"target {target:.3g}")
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel(f"{cost_keys[cost_key]} ({cost_key})", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    return save_figure(fig, out, title)
+
+
+def _pyplot():
+    """matplotlib's pyplot, drawing to files only (no display on cluster nodes)."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
