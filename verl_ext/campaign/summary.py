@@ -206,7 +206,7 @@ def resolve_target(campaign: Campaign, key: str, target: float | None, target_fr
         summarize([v for recs in runs.values() if (v := final_value(recs, key)) is not None]).mean
         for runs in campaign.values()
     ]
-    means = [m for m in means if math.isis_number(m)]
+    means = [m for m in means if math.isfinite(m)]
     if not means:
         raise KeyError(f"no run logged {key!r}: cannot set a target relative to the best final value")
     return target_frac * max(means)
