@@ -437,3 +437,42 @@ def test_the_recipe_check_sees_a_pure_module(tmp_path):
     (tmp_path / "probe.py").write_text("def main():\n    pass\n\nif __name__ == '__main__':\n    main()\n")
     (tmp_path / "helpers.py").write_text("def f():\n    return 1\n")
     assert stray_recipe_modules(tmp_path) == ["helpers.py"]
+
+
+# The tests' layout (docs/ARCHITECTURE.md "Tests"): tests/ mirrors the code, one package per folder ----------------
+TOP_LEVEL_CODE = ("data_preprocess", "scripts")  # the project's code folders besides verl_ext/ and recipe/
+
+
+def misplaced_test_folders(tests_root: Path, code_root: Path) -> list[str]:
+    """Folders of test modules that are no package (`__init__.py`) or mirror no code: `tests/<package>/` for
+    `verl_ext/<package>/`, `tests/recipe/<name>/` for `recipe/<name>/`, `tests/<folder>/` for a top-level code
+    folder."""
+    found = []
+    for folder in sorted({p.parent for p in tests_root.rglob("test_*.py")}):
+        rel = folder.relative_to(tests_root)
+        if rel == Path("."):
+            continue
+        mirrors = (
+            (code_root / "verl_ext" / rel).is_dir()
+            or (rel.parts[0] == "recipe" and (code_root / rel).is_dir())
+            or (len(rel.parts) == 1 and rel.parts[0] in TOP_LEVEL_CODE)
+        )
+        if not mirrors or not (folder / "__init__.py").exists():
+            found.append(str(rel))
+    return found
+
+
+def test_tests_mirror_the_code_one_package_per_folder():
+    found = misplaced_test_folders(ROOT / "tests", ROOT)
+    assert not found, f"test folders that mirror no code or are no package (docs/ARCHITECTURE.md, Tests): {found}"
+
+
+def test_the_layout_check_sees_a_stray_folder(tmp_path):
+    for folder in ("verl_ext/advantage", "recipe/composer"):
+        (tmp_path / folder).mkdir(parents=True)
+    for folder, init in (("advantage", True), ("recipe/composer", True), ("helpers", True), ("composer", False)):
+        (tmp_path / "tests" / folder).mkdir(parents=True)
+        (tmp_path / "tests" / folder / "test_x.py").write_text("")
+        if init:
+            (tmp_path / "tests" / folder / "__init__.py").write_text("")
+    assert misplaced_test_folders(tmp_path / "tests", tmp_path) == ["composer", "helpers"]
