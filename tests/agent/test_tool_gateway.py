@@ -13,16 +13,9 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests.agent.tasks import CALC
 from verl_ext.agent.trajectory import assemble_segments
 
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calc",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
-    },
-}
 ASK = [{"role": "user", "content": "What is (1+2)*4?"}]
 SAMPLING = {"temperature": 1.0, "logprobs": True}
 

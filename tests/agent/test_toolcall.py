@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.agent.tasks import CALC
 from verl_ext.agent.gateway.core import match_history
 from verl_ext.agent.gateway.toolcall import (
     ArgumentsNotJSON,
@@ -20,14 +21,6 @@ from verl_ext.agent.gateway.toolcall import (
 )
 from verl_ext.toy.tokenizer import PLAIN_CHAT_TEMPLATE
 
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calc",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
-    },
-}
 TOOLS = [CALC, {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
 
