@@ -28,7 +28,9 @@ def test_the_names_are_the_registrys():
         assert fn.__module__ == "verl_ext.advantage.estimators"
 
 
-@pytest.mark.parametrize("entry", [a for a in registry.ALGORITHMS if a is not registry.COMPOSABLE], ids=str)
+@pytest.mark.parametrize(
+    "entry", [a for a in registry.ALGORITHMS if a is not registry.COMPOSABLE], ids=lambda a: a.name
+)
 def test_every_algorithm_module_documents_its_formula_and_assumptions(entry):
     fn = entry.apply if isinstance(entry, TokenTransform) else entry.fn
     doc = inspect.getmodule(fn).__doc__
