@@ -234,9 +234,9 @@ def memory_part(args, dist) -> None:
     rates = dist.sample(args.dataset_size, np.random.default_rng(args.seed + 2))
     gbs_fast = math.ceil(tbs / dist.expected_keep(n))
     # the recipe's memory settings (fast_dapo.yaml, the one place they are set), on, keyed by the simulated index
-    from recipe.fast_dapo.config_check import yaml_default
+    from recipe.fast_dapo.config_check import DEFAULTS
 
-    default = MemorySettings(**{**yaml_default("curriculum.memory"), "enable": True, "key": "index", "seed": args.seed})
+    default = MemorySettings(**{**DEFAULTS.value("curriculum.memory"), "enable": True, "key": "index", "seed": args.seed})
     rows = [
         ("dapo", "dapo", tbs, None),
         ("fast, no memory", "fast", gbs_fast, None),
