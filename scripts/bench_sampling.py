@@ -236,7 +236,8 @@ def memory_part(args, dist) -> None:
     # the recipe's memory settings (fast_dapo.yaml, the one place they are set), on, keyed by the simulated index
     from recipe.fast_dapo.config_check import DEFAULTS
 
-    default = MemorySettings(**{**DEFAULTS.value("curriculum.memory"), "enable": True, "key": "index", "seed": args.seed})
+    recipe_memory = DEFAULTS.value("curriculum.memory")
+    default = MemorySettings(**{**recipe_memory, "enable": True, "key": "index", "seed": args.seed})
     rows = [
         ("dapo", "dapo", tbs, None),
         ("fast, no memory", "fast", gbs_fast, None),

@@ -180,7 +180,7 @@ def read_settings(
             value = read_settings(nested[f.name], value, f"{where}.{f.name}", defaults=defaults, cfg=cfg)
         values[f.name] = value
     if missing:
-        raise ConfigError(f"missing {where} keys {missing}: every one is required{required_note}")
+        raise ConfigError(f"missing {where} keys {missing}: each is required{required_note}")
     try:
         return cls(**values)
     except ConfigError:
