@@ -34,6 +34,8 @@ class Inner:
 
 @dataclass(frozen=True)
 class Block:
+    """The YAML's `block`; `size` is the run config's top-level key."""
+
     rate: float
     path: str
     inner: Inner
