@@ -24,15 +24,6 @@ RUN = OmegaConf.create({"run_dir": "/r"})  # a run's config, for the YAML's ${ru
 
 
 @dataclass(frozen=True)
-class Inner:
-    steps: int
-
-    def __post_init__(self):
-        if self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
-
-
-@dataclass(frozen=True)
 class Block:
     """The YAML's `block`; `size` is the run config's top-level key."""
 
@@ -46,6 +37,15 @@ class Block:
 class WithDefaults:
     name: str
     retries: int = 3
+
+
+@dataclass(frozen=True)
+class Inner:
+    steps: int
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps}")
 
 
 @pytest.fixture
