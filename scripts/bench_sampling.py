@@ -356,9 +356,10 @@ def print_trade_off(dist, n: int, N: int, default: MemorySettings) -> None:
 def memory_part(args, dist) -> None:
     rates = dist.sample(args.dataset_size, np.random.default_rng(args.seed + 2))
     # the recipe's memory settings (fast_dapo.yaml, the one place they are set), on, keyed by the simulated index
-    from recipe.fast_dapo.config_check import yaml_default
+    from recipe.fast_dapo.config_check import DEFAULTS
 
-    default = MemorySettings(**{**yaml_default("curriculum.memory"), "enable": True, "key": "index", "seed": args.seed})
+    recipe_memory = DEFAULTS.value("curriculum.memory")
+    default = MemorySettings(**{**recipe_memory, "enable": True, "key": "index", "seed": args.seed})
     print(
         f"\npass-rate memory: {args.dataset_size} prompts x {args.epochs} epochs, pass rates fixed; "
         f"memory default {default}"

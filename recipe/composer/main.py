@@ -25,13 +25,10 @@ register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext
 
 def check(config, files: str = "full"):
     """The driver's whole check, before Ray: the recipe's settings, then what the run needs. Returns the plan."""
-    from omegaconf import OmegaConf
-
-    from recipe.composer.config_check import composer_settings
+    from recipe.composer.config_check import prepare_config
     from verl_ext.config.preflight import preflight
 
-    OmegaConf.resolve(config)
-    s = composer_settings(config)
+    s = prepare_config(config)
     summary = (
         f"alpha_sdpo={s.alpha_sdpo} beta_replay={s.beta_replay} "
         f"teachers={[t.name for t in s.pool.teachers] if s.pool else []}"

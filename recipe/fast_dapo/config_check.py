@@ -1,37 +1,36 @@
 """Read and validate the fast DAPO settings in the driver, before Ray starts: a bad key or combination fails in
 seconds with a message naming it, not minutes later inside a worker.
 
-Every default lives in config/fast_dapo.yaml only, documented there: a key a config leaves out takes the YAML's
-value, read here (`yaml_default`). The settings classes have no defaults of their own, and their fields are the
-keys a block may hold: an unknown key fails naming it, and a key missing from both the config and the YAML fails
-naming it too, never falling back on a second value in code.
+Every default lives in config/fast_dapo.yaml only, documented there: the settings classes below have no defaults of
+their own and are read with the project's one mechanism (`verl_ext/config/settings.py`), which takes a key a config
+leaves out from the YAML (`DEFAULTS`), refuses a key the block may not hold, and names a key missing from both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.preflight.recipe_checks import check_recipe_run
+from verl_ext.config.settings import YamlDefaults, as_dict, block_keys, read_from, read_settings, set_fields
 from verl_ext.curriculum.memory import MemorySettings
-from verl_ext.metrics_log.plot import check_plot_settings
-from verl_ext.trainer.fidelity import TrainerFidelity, check_fidelity
+from verl_ext.trainer.fidelity import TrainerFidelity
 
 FAST_DAPO_YAML = Path(__file__).parent / "config" / "fast_dapo.yaml"
-_YAML = OmegaConf.to_container(OmegaConf.load(FAST_DAPO_YAML), resolve=False)  # interpolations kept as written
+DEFAULTS = YamlDefaults(FAST_DAPO_YAML)
 MODES = ("fast", "dapo")
 __all__ = [
+    "DEFAULTS",
     "FAST_DAPO_YAML",
     "AutoGenBatch",
     "ConfigError",
     "CurriculumSettings",
     "curriculum_settings",
     "prepare_config",
-    "yaml_default",
 ]
-_ABSENT = object()
 
 
 @dataclass(frozen=True)
@@ -54,16 +53,12 @@ class AutoGenBatch:
             raise ConfigError(f"curriculum.auto_gen_batch.window must be an int >= 1, got {self.window!r}")
 
 
-def _read_from(key: str):
-    """A CurriculumSettings field read from `key` of verl's config, outside the `curriculum` block."""
-    return field(metadata={"key": key})
-
-
 @dataclass(frozen=True)
 class CurriculumSettings:
     """The `curriculum` block of fast_dapo.yaml, one field per key (the keys the block may hold; `n_continue` is
     written as actor_rollout_ref.rollout.n_continue and moved here by `prepare_config`), and the sizes the curriculum
-    works with, read from the verl keys their metadata names. Validated on construction."""
+    works with, read from the verl keys their `read_from` names. Validated on construction; `mode` is "plain" when
+    `enable` is false."""
 
     enable: bool  # false: plain sampling (N responses per prompt, no filter)
     mode: str  # "fast" | "dapo"; "plain" when enable is false
@@ -73,15 +68,36 @@ class CurriculumSettings:
     memory: MemorySettings  # curriculum.memory (pass-rate memory)
     auto_gen_batch: AutoGenBatch  # curriculum.auto_gen_batch (screen just enough per call)
     n_continue: int  # N - n
-    n: int = _read_from("actor_rollout_ref.rollout.n")  # screening responses per fresh prompt (fast)
-    train_batch_size: int = _read_from("data.train_batch_size")  # groups per training step
-    gen_batch_size: int = _read_from("data.gen_batch_size")  # fresh prompts drawn per generation call
+    n: int = read_from("actor_rollout_ref.rollout.n")  # screening responses per fresh prompt (fast)
+    train_batch_size: int = read_from("data.train_batch_size")  # groups per training step
+    gen_batch_size: int | None = read_from("data.gen_batch_size")  # fresh prompts drawn per call; null: a batch
 
     @property
     def N(self) -> int:
         return self.n + self.n_continue
 
     def __post_init__(self):
+        if not isinstance(self.enable, bool):
+            raise ConfigError(f"curriculum.enable must be true or false, got {self.enable!r}")
+        if self.enable and self.mode not in MODES:
+            raise ConfigError(
+                f"curriculum.mode={self.mode!r}: choose one of {MODES} (or curriculum.enable=false for plain)"
+            )
+        train_batch_size = int(self.train_batch_size)
+        set_fields(
+            self,
+            mode=self.mode if self.enable else "plain",
+            filter_metric=str(self.filter_metric),
+            max_num_gen_batches=int(self.max_num_gen_batches),
+            n_continue=int(self.n_continue),
+            n=int(self.n),
+            train_batch_size=train_batch_size,
+            # null: train_batch_size (verl's meaning of null)
+            gen_batch_size=train_batch_size if self.gen_batch_size is None else int(self.gen_batch_size),
+        )
+        self._check()
+
+    def _check(self) -> None:
         if self.n < 1 or self.n_continue < 0:
             raise ConfigError(
                 "need actor_rollout_ref.rollout.n >= 1 and n_continue >= 0, "
@@ -121,55 +137,13 @@ class CurriculumSettings:
 
 
 # The keys the `curriculum` block may hold: CurriculumSettings' fields not read from elsewhere.
-CURRICULUM_KEYS = frozenset(f.name for f in fields(CurriculumSettings) if "key" not in f.metadata)
-
-
-class _Block:
-    """The run's config block at `key` (a dotted path) with fast_dapo.yaml's value for each key it leaves out:
-    `block[name]` is the run's value, else the YAML's (ConfigError naming the key when neither has one). With
-    `allowed`, a key of the run's block not in it is a ConfigError (`unknown_message`, formatted with the sorted
-    unknown keys)."""
-
-    def __init__(self, cfg: DictConfig, key: str, allowed: frozenset | None = None, unknown_message: str = ""):
-        node = OmegaConf.select(cfg, key, default=None)
-        self.cfg, self.key = cfg, key
-        self.run = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
-        unknown = set(self.run) - allowed if allowed is not None else set()
-        if unknown:
-            raise ConfigError(unknown_message.format(sorted(unknown)))
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.run
-
-    def __getitem__(self, name: str):
-        return self.run[name] if name in self.run else yaml_default(f"{self.key}.{name}", self.cfg)
-
-
-def yaml_default(key: str, cfg: DictConfig | None = None):
-    """fast_dapo.yaml's value at the dotted `key` (a block as a plain dict), its interpolations resolved against the
-    run's config `cfg` (against the YAML itself without one). ConfigError naming the key when the YAML has none."""
-    value = _YAML
-    for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise ConfigError(
-                f"{key} is not set, and {FAST_DAPO_YAML.name} has no default for it (the recipe's defaults live "
-                f"there only): set {key} or restore it in recipe/fast_dapo/config/fast_dapo.yaml"
-            )
-        value = value[part]
-    root = cfg if cfg is not None else OmegaConf.create(_YAML)
-    return OmegaConf.to_container(OmegaConf.create({"v": value}, parent=root), resolve=True)["v"]
-
-
-def _setting(cfg: DictConfig, key: str):
-    """The run's value at `key`, or fast_dapo.yaml's when the config does not have the key."""
-    value = OmegaConf.select(cfg, key, default=_ABSENT)
-    return yaml_default(key, cfg) if value is _ABSENT else value
+CURRICULUM_KEYS = frozenset(block_keys(CurriculumSettings))
 
 
 def curriculum_on(cfg: DictConfig) -> bool:
     """`curriculum.enable` (fast_dapo.yaml's value when left out; false is plain sampling, one generation call per
     step)."""
-    return bool(_Block(cfg, "curriculum")["enable"])
+    return bool(DEFAULTS.setting(cfg, "curriculum.enable"))
 
 
 # What the fast DAPO trainer changes of verl's step (verl_ext/trainer/fidelity.py): the curriculum's several
@@ -180,48 +154,10 @@ FIDELITY = TrainerFidelity("fast DAPO's curriculum", several_generation_calls=cu
 def curriculum_settings(cfg: DictConfig) -> CurriculumSettings:
     """Validated settings from a resolved run config (the driver's, after `prepare_config`; the trainer reads them
     again from the same config); ConfigError names the offending key."""
-    cur = _Block(
-        cfg, "curriculum", CURRICULUM_KEYS, "unknown curriculum keys {}; see recipe/fast_dapo/config/fast_dapo.yaml"
-    )
-    enable, mode = cur["enable"], cur["mode"]
-    if not isinstance(enable, bool):
-        raise ConfigError(f"curriculum.enable must be true or false, got {enable!r}")
-    if enable and mode not in MODES:
-        raise ConfigError(f"curriculum.mode={mode!r}: choose one of {MODES} (or curriculum.enable=false for plain)")
-    # written as actor_rollout_ref.rollout.n_continue (its default is there); prepare_config moves it to curriculum
-    n_continue = cur["n_continue"] if "n_continue" in cur else _setting(cfg, "actor_rollout_ref.rollout.n_continue")
-    train_batch_size = int(_setting(cfg, "data.train_batch_size"))
-    gen_batch_size = _setting(cfg, "data.gen_batch_size")  # null: train_batch_size (verl's meaning of null)
-    return CurriculumSettings(
-        enable=enable,
-        mode=mode if enable else "plain",
-        filter_metric=str(cur["filter_metric"]),
-        max_num_gen_batches=int(cur["max_num_gen_batches"]),
-        max_screen_staleness=cur["max_screen_staleness"],
-        memory=_memory_settings(cfg),
-        auto_gen_batch=_auto_gen_batch(cfg),
-        n_continue=int(n_continue),
-        n=int(_setting(cfg, "actor_rollout_ref.rollout.n")),
-        train_batch_size=train_batch_size,
-        gen_batch_size=train_batch_size if gen_batch_size is None else int(gen_batch_size),
-    )
-
-
-def _auto_gen_batch(cfg: DictConfig) -> AutoGenBatch:
-    names = [f.name for f in fields(AutoGenBatch)]
-    key = "curriculum.auto_gen_batch"
-    block = _Block(cfg, key, frozenset(names), f"unknown {key} keys {{}}: {', '.join(names)}")
-    return AutoGenBatch(**{name: block[name] for name in names})
-
-
-def _memory_settings(cfg: DictConfig) -> MemorySettings:
-    names = [f.name for f in fields(MemorySettings)]
-    key = "curriculum.memory"
-    block = _Block(cfg, key, frozenset(names), f"{key}: unknown {key} keys {{}}; known: {sorted(names)}")
-    try:
-        return MemorySettings(**{name: block[name] for name in names})
-    except ValueError as e:
-        raise ConfigError(f"{key}: {e}") from e
+    block = as_dict(OmegaConf.select(cfg, "curriculum"), "curriculum")
+    if "n_continue" not in block:  # written as actor_rollout_ref.rollout.n_continue (its default is there)
+        block["n_continue"] = DEFAULTS.setting(cfg, "actor_rollout_ref.rollout.n_continue")
+    return read_settings(CurriculumSettings, block, "curriculum", defaults=DEFAULTS, cfg=cfg)
 
 
 def prepare_config(cfg: DictConfig) -> CurriculumSettings:
@@ -247,36 +183,24 @@ def _write_left_out_keys(cfg: DictConfig) -> None:
     """Write fast_dapo.yaml's value into the config for each of the recipe's keys it leaves out, so whatever reads
     the config after the driver (the trainer, the pass-rate probe, the workers) finds the whole curriculum block and
     needs no default of its own. Unknown keys stay, for curriculum_settings to name."""
-    with open_dict(cfg):
-        run = OmegaConf.select(cfg, "curriculum", default=None)
-        cfg.curriculum = OmegaConf.merge(yaml_default("curriculum", cfg), run if run is not None else {})
-        if "n_continue" not in cfg.curriculum:
-            cfg.curriculum.n_continue = yaml_default("actor_rollout_ref.rollout.n_continue", cfg)
-        if OmegaConf.select(cfg, "data.gen_batch_size", default=_ABSENT) is _ABSENT:
-            cfg.data.gen_batch_size = yaml_default("data.gen_batch_size", cfg)
+    DEFAULTS.fill(cfg, "curriculum", "data.gen_batch_size")
+    if "n_continue" not in cfg.curriculum:
+        with open_dict(cfg):
+            cfg.curriculum.n_continue = DEFAULTS.value("actor_rollout_ref.rollout.n_continue", cfg)
 
 
 def _check_run(cfg: DictConfig, s: CurriculumSettings) -> None:
-    """The rest of the run config as fast DAPO needs it: verl's legacy trainer, agent-loop workers, the plot
-    settings, micro-batches and verl's batch checks with N responses per prompt, the advantage settings, the
-    fidelity table's checks and the agent block."""
-    if cfg.trainer.get("use_v1", False):
-        raise ConfigError("fast DAPO runs on verl's legacy trainer: set trainer.use_v1=false")
+    """The rest of the run config as fast DAPO needs it: what every recipe checks (`check_recipe_run`: verl's legacy
+    trainer, the plot settings, the fidelity table, the agent block), agent-loop workers, micro-batches and verl's
+    batch checks with N responses per prompt, and the advantage settings."""
+    check_recipe_run(cfg, "fast DAPO", FIDELITY)
     if int(cfg.actor_rollout_ref.rollout.agent.num_workers) < 1:
         raise ConfigError("actor_rollout_ref.rollout.agent.num_workers must be >= 1")
-    try:
-        check_plot_settings(cfg.trainer.get("plot_keys"), cfg.trainer.get("jsonl_metrics_path"))
-    except (ValueError, ImportError) as e:
-        raise ConfigError(str(e)) from e
     _micro_batch_checks(cfg, s)
     _verl_checks(cfg, s)
     from verl_ext.advantage.config import validate_algorithm_config
 
     validate_algorithm_config(cfg.algorithm)
-    check_fidelity(cfg, FIDELITY)
-    from verl_ext.agent.settings import check_config as check_agent_config
-
-    check_agent_config(cfg)  # the external_agent block, when the agent loop is selected (or the block is set)
 
 
 def _micro_batch_checks(cfg: DictConfig, s: CurriculumSettings) -> None:

@@ -76,7 +76,7 @@ def test_requirements_per_estimator():
         ({"sepa": {"steps": -1}}, "sepa.steps"),
         ({"sepa": {"steps": 2.5}}, "sepa.steps must be an integer"),
         ({"sepa": {"correct_rate_gate": 2}}, "correct_rate_gate"),
-        ({"sepa": {"ramp": 3}}, "unknown keys \\['ramp'\\]"),
+        ({"sepa": {"ramp": 3}}, "unknown algorithm.sepa keys \\['ramp'\\]"),
         ({"sepa": 5}, "algorithm.sepa must be a mapping"),
         ({"sepa_steps": 100}, "unknown key algorithm.sepa_steps"),
         ({"gtpo_alpha": 0.1}, "unknown key algorithm.gtpo_alpha"),

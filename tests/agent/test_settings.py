@@ -50,7 +50,7 @@ def test_api_key_defaults_to_a_random_key_per_gateway():
         ({"command": PY, "score_source": "judge"}, "score_source must be one of"),
         ({"command": PY, "mode": "later"}, "mode must be one of"),
         ({"command": PY, "max_staleness": -1}, "max_staleness must be >= 0"),
-        ({"command": PY, "comand": PY}, r"unknown keys \['comand'\]"),
+        ({"command": PY, "comand": PY}, r"unknown external_agent keys \['comand'\]"),
         ({"command": PY, "launch": "docker"}, "launch must be one of"),
         ({"launch": "pool", "api_key": "k"}, "needs a fixed external_agent.port"),
         ({"launch": "pool", "port": 8700}, "launch=pool needs an explicit external_agent.api_key"),

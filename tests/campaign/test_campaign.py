@@ -65,7 +65,7 @@ def test_run_is_the_default_subcommand(tmp_path, capsys):
 @pytest.mark.parametrize(
     "raw,match",
     [
-        ({"name": "c", "entry": "m", "seeds": [0]}, "lacks"),
+        ({"name": "c", "entry": "m", "seeds": [0]}, "missing campaign keys"),
         ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": ["nokey"]}}, "key=value"),
         ({"name": "c", "entry": "m", "seeds": [0, 0], "conditions": {"x": []}}, "distinct"),
         ({"name": "c", "entry": "m", "seeds": [0], "conditions": {"x": []}, "typo": 1}, "unknown campaign keys"),

@@ -45,7 +45,7 @@ def test_arms_differ_only_in_channel_weights(arm, alpha, beta):
         ([], "teacher pool needs at least one teacher"),
         ([TEACHER, "algorithm.adv_estimator=grpo"], "adv_estimator=grpo_composer"),
         ([TEACHER, "+composer.typo=1"], "unknown composer keys"),
-        ([TEACHER, "+composer.replay.teacher_pool.oops=1"], "unknown teacher pool config keys"),
+        ([TEACHER, "+composer.replay.teacher_pool.oops=1"], "unknown composer.replay.teacher_pool keys"),
         ([TEACHER, "composer.replay.max_pairs_per_step=9"], r"max_pairs_per_step=9"),
         ([TEACHER, "composer.sdpo.hint_mode=inline"], "hint_mode"),
         ([TEACHER, "actor_rollout_ref.actor.use_kl_loss=false"], "reference model"),

@@ -12,7 +12,7 @@ import pytest
 import torch
 from verl import DataProto
 
-from recipe.fast_dapo.config_check import yaml_default
+from recipe.fast_dapo.config_check import DEFAULTS
 from verl_ext.curriculum import memory as memory_module
 from verl_ext.curriculum.controller import PHASE_KEY, SCREEN, DataController
 from verl_ext.curriculum.dataproto_ops import PAD_KEY, pad_to_multiple
@@ -27,7 +27,7 @@ from verl_ext.curriculum.memory import (
 )
 
 # fast_dapo.yaml's curriculum.memory, the one place its values are set (MemorySettings has no defaults)
-RECIPE_MEMORY = yaml_default("curriculum.memory")
+RECIPE_MEMORY = DEFAULTS.value("curriculum.memory")
 
 
 def recipe_memory(**changes) -> MemorySettings:

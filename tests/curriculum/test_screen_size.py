@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 from verl import DataProto
 
-from recipe.fast_dapo.config_check import yaml_default
+from recipe.fast_dapo.config_check import DEFAULTS
 from tests.curriculum.test_controller import SimulatedPolicy
 from verl_ext.curriculum.controller import DataController
 from verl_ext.curriculum.screen_size import (
@@ -19,7 +19,7 @@ from verl_ext.curriculum.screen_size import (
 )
 
 # The recipe's values (fast_dapo.yaml, the one place they are set): the library takes them as arguments.
-AUTO = {k: v for k, v in yaml_default("curriculum.auto_gen_batch").items() if k in ("confidence", "window")}
+AUTO = {k: v for k, v in DEFAULTS.value("curriculum.auto_gen_batch").items() if k in ("confidence", "window")}
 
 
 @pytest.mark.parametrize(

@@ -144,6 +144,7 @@ def test_each_rejection_names_its_key(overrides, recipe, key):
                 "algorithm.adv_estimator=grpo_composer",
                 "+algorithm.alpha_sdpo=0.1",
                 "+composer.sdpo.form=sampled_token",
+                "+composer.beta_replay=0",  # left out, it takes composer.yaml's 0.05: replay's own loss
             ],
             "composer",
         ),  # verl's loss stays

@@ -11,17 +11,16 @@ Which keys count depends on `algorithm.adv_estimator` (what each estimator fixes
 - `composable`: `advantage_mode` + `transform_mode`, or `algorithm_mode`, which wins over both.
 A key that contradicts the estimator (e.g. `transform_mode=gtpo_hicra` with `adv_estimator=gtpo`, or
 `transform_mode=gtpo` with verl's `grpo`, which would silently ignore it) is an error (`ConfigError`, the project's
-one config-error type). Every default comes from advantage.yaml; nothing here repeats a value.
+one config-error type). Every default comes from advantage.yaml, read through the project's settings mechanism
+(`verl_ext/config/settings.py`); nothing here repeats a value. A key set to null takes the YAML's value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
-
-from omegaconf import OmegaConf
 
 import verl_ext.advantage.registry as registry
 from verl_ext.advantage.gram_match import parse_grams
@@ -29,82 +28,82 @@ from verl_ext.advantage.plugins import Plugin, load_context_plugin, load_episode
 from verl_ext.advantage.sepa_schedule import SCHEDULES
 from verl_ext.advantage.uncertainty import KIND_ALIASES, canonical_kind
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.settings import YamlDefaults, as_dict, did_you_mean, read_settings, set_fields
 
 ADVANTAGE_YAML = Path(__file__).with_name("advantage.yaml")
-# The one place every default lives (each key documented there); the dataclasses below take theirs from it.
-YAML_DEFAULTS: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(ADVANTAGE_YAML), resolve=True)
+# The one place every default lives (each key documented there), the `algorithm` block's keys of this package;
+# read on first use by the settings mechanism (verl_ext/config/settings.py). The dataclasses below have no defaults.
+DEFAULTS = YamlDefaults(ADVANTAGE_YAML, under="algorithm")
 
 # The names in the registry (registry.ALGORITHMS, one entry per algorithm), for readers outside the package; the
 # checks below ask the registry itself.
 ESTIMATORS = tuple(registry.estimators())  # the project's adv_estimator names
 EPISODE_MODES = tuple(registry.episode_modes())  # built-in advantage_mode values
 TRANSFORM_MODES = ("none", *registry.transforms())  # built-in transform_mode values
-_KEYS = (
-    "advantage_mode",
-    "transform_mode",
-    "algorithm_mode",
-    "uncertainty_kind",
-    "gtpo_beta",
-    "hicra_alpha",
-    "sepa",
-    "strategic_grams",
-    "advantage_params",
-    "transform_params",
-)
 # Prefixes of this package's keys: another key with one of them is most likely a typo of ours.
 _OUR_PREFIXES = ("advantage_", "transform_", "algorithm_mode", "uncertainty", "gtpo", "hicra", "sepa", "strategic")
+# Keys naming a mode or kind, for which an empty string, like null, takes advantage.yaml's value.
+_NAMES = ("advantage_mode", "transform_mode", "algorithm_mode", "uncertainty_kind", "schedule")
 
 
 @dataclass(frozen=True)
 class SepaConfig:
-    steps: int = YAML_DEFAULTS["sepa"]["steps"]
-    schedule: str = YAML_DEFAULTS["sepa"]["schedule"]
-    delay_steps: int = YAML_DEFAULTS["sepa"]["delay_steps"]
-    correct_rate_gate: float = YAML_DEFAULTS["sepa"]["correct_rate_gate"]
+    steps: int
+    schedule: str
+    delay_steps: int
+    correct_rate_gate: float
 
-
-_SEPA_KEYS = tuple(f.name for f in fields(SepaConfig))
+    def __post_init__(self):
+        set_fields(
+            self,
+            steps=_integer(self.steps, "sepa.steps"),
+            delay_steps=_integer(self.delay_steps, "sepa.delay_steps"),
+            correct_rate_gate=_number(self.correct_rate_gate, "sepa.correct_rate_gate"),
+        )
 
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    adv_estimator: str | None = None
-    advantage_mode: str = YAML_DEFAULTS["advantage_mode"]
-    transform_mode: str = YAML_DEFAULTS["transform_mode"]
-    algorithm_mode: str | None = YAML_DEFAULTS["algorithm_mode"]
-    uncertainty_kind: str = YAML_DEFAULTS["uncertainty_kind"]
-    gtpo_beta: float = YAML_DEFAULTS["gtpo_beta"]
-    hicra_alpha: float = YAML_DEFAULTS["hicra_alpha"]
-    sepa: SepaConfig = field(default_factory=SepaConfig)
-    strategic_grams: tuple[str, ...] = parse_grams(YAML_DEFAULTS["strategic_grams"])
-    advantage_params: Mapping[str, Any] = field(default_factory=dict)
-    transform_params: Mapping[str, Any] = field(default_factory=dict)
+    adv_estimator: str | None  # verl's key; None: none named (every estimator-specific check is skipped)
+    advantage_mode: str
+    transform_mode: str
+    algorithm_mode: str | None
+    uncertainty_kind: str
+    gtpo_beta: float
+    hicra_alpha: float
+    sepa: SepaConfig
+    strategic_grams: tuple[str, ...]
+    advantage_params: Mapping[str, Any]
+    transform_params: Mapping[str, Any]
+
+    def __post_init__(self):
+        set_fields(
+            self,
+            uncertainty_kind=canonical_kind(self.uncertainty_kind),
+            gtpo_beta=_number(self.gtpo_beta, "gtpo_beta"),
+            hicra_alpha=_number(self.hicra_alpha, "hicra_alpha"),
+            strategic_grams=parse_grams(self.strategic_grams),
+            advantage_params=_params(self.advantage_params, "advantage_params"),
+            transform_params=_params(self.transform_params, "transform_params"),
+        )
 
     @classmethod
     def from_algorithm(cls, cfg: Any, adv_estimator: str | None = None) -> AdvantageConfig:
         """Read and validate (plugins are imported and their signatures checked). ConfigError on bad input.
 
-        cfg: verl's `algorithm` section (DictConfig, AlgoConfig, dict) or None for all defaults.
+        cfg: verl's `algorithm` section (DictConfig, AlgoConfig, dict) or None for all defaults. The section holds
+            verl's keys too: only this package's are read, and a key that looks like one of ours is refused.
         adv_estimator: overrides `cfg.adv_estimator` (estimators pass their own name).
         """
-        raw = _plain(cfg)
+        if cfg is not None and not isinstance(cfg, Mapping):
+            raise ConfigError(
+                f"expected verl's algorithm config (DictConfig, dict or AlgoConfig), got {type(cfg).__name__}"
+            )
+        raw = as_dict(cfg, "algorithm")
         _reject_lookalike_keys(raw)
-        sepa = _sepa_config(raw.get("sepa"))
-        d = cls  # the dataclass defaults, i.e. advantage.yaml's
-        values = dict(
-            adv_estimator=adv_estimator if adv_estimator is not None else raw.get("adv_estimator"),
-            advantage_mode=raw.get("advantage_mode") or d.advantage_mode,
-            transform_mode=raw.get("transform_mode") or d.transform_mode,
-            algorithm_mode=raw.get("algorithm_mode") or d.algorithm_mode,
-            uncertainty_kind=canonical_kind(raw.get("uncertainty_kind") or d.uncertainty_kind),
-            gtpo_beta=_number(raw.get("gtpo_beta"), d.gtpo_beta, "gtpo_beta"),
-            hicra_alpha=_number(raw.get("hicra_alpha"), d.hicra_alpha, "hicra_alpha"),
-            sepa=sepa,
-            strategic_grams=parse_grams(raw.get("strategic_grams")),
-            advantage_params=_params(raw.get("advantage_params"), "advantage_params"),
-            transform_params=_params(raw.get("transform_params"), "transform_params"),
-        )
-        config = cls(**values)
+        ours = _set_keys({k: v for k, v in raw.items() if k in KEYS})
+        ours["adv_estimator"] = adv_estimator if adv_estimator is not None else raw.get("adv_estimator")
+        config = read_settings(cls, ours, "algorithm", defaults=DEFAULTS)
         config.validate()
         return config
 
@@ -147,7 +146,7 @@ class AdvantageConfig:
             return
         episode, transform = entry.fixed
         if episode is not None:
-            other_mode = self.advantage_mode not in (episode, YAML_DEFAULTS["advantage_mode"])
+            other_mode = self.advantage_mode not in (episode, DEFAULTS.value("algorithm.advantage_mode"))
             if other_mode or transform_set or self.algorithm_mode:
                 raise ConfigError(
                     f"adv_estimator={est} takes no advantage_mode/transform_mode/algorithm_mode; use "
@@ -220,6 +219,10 @@ class AdvantageConfig:
         )
 
 
+# This package's keys of the `algorithm` section (adv_estimator is verl's).
+KEYS = tuple(f.name for f in fields(AdvantageConfig) if f.name != "adv_estimator")
+
+
 def validate_algorithm_config(cfg: Any) -> AdvantageConfig | None:
     """Check verl's `algorithm` section before Ray starts. The AdvantageConfig if adv_estimator is one of this
     package's estimators, else None (after checking that no key of ours would be silently ignored)."""
@@ -227,44 +230,22 @@ def validate_algorithm_config(cfg: Any) -> AdvantageConfig | None:
     return config if config.adv_estimator in registry.estimators() else None
 
 
-def _plain(cfg: Any) -> dict[str, Any]:
-    """A plain dict from a DictConfig, an AlgoConfig-like Mapping, a dict or None."""
-    if cfg is None:
-        return {}
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # omegaconf is a dependency, but plain dicts need nothing else
-        pass
-    if isinstance(cfg, Mapping):
-        return {k: cfg[k] for k in cfg}
-    raise ConfigError(f"expected verl's algorithm config (DictConfig, dict or AlgoConfig), got {type(cfg).__name__}")
-
-
-def _sepa_config(raw: Any) -> SepaConfig:
-    if raw is None:
-        return SepaConfig()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"algorithm.sepa must be a mapping of {_SEPA_KEYS}, got {raw!r}")
-    unknown = set(raw) - set(_SEPA_KEYS)
-    if unknown:
-        raise ConfigError(f"algorithm.sepa: unknown keys {sorted(unknown)}; known: {list(_SEPA_KEYS)}")
-    d = SepaConfig()
-    return SepaConfig(
-        steps=_integer(raw.get("steps"), d.steps, "sepa.steps"),
-        schedule=raw.get("schedule") or d.schedule,
-        delay_steps=_integer(raw.get("delay_steps"), d.delay_steps, "sepa.delay_steps"),
-        correct_rate_gate=_number(raw.get("correct_rate_gate"), d.correct_rate_gate, "sepa.correct_rate_gate"),
-    )
+def _set_keys(block: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a block (the `algorithm` section or its `sepa`) sets: null, and an empty string for a key naming a
+    mode or kind, take advantage.yaml's value."""
+    return {
+        k: _set_keys(v) if k == "sepa" and isinstance(v, Mapping) else v
+        for k, v in block.items()
+        if v is not None and not (k in _NAMES and v == "")
+    }
 
 
 def _reject_lookalike_keys(raw: Mapping[str, Any]) -> None:
     for key in raw:
-        if key not in _KEYS and isinstance(key, str) and key.startswith(_OUR_PREFIXES):
+        if key not in KEYS and isinstance(key, str) and key.startswith(_OUR_PREFIXES):
             raise ConfigError(
-                f"unknown key algorithm.{key}; the advantage pipeline reads {list(_KEYS)} (see {ADVANTAGE_YAML.name})"
+                f"unknown key algorithm.{key}{did_you_mean(key, KEYS)}; the advantage pipeline reads {list(KEYS)} "
+                f"(see {ADVANTAGE_YAML.name})"
             )
 
 
@@ -273,17 +254,13 @@ def _check_mode(mode: str, builtins: tuple[str, ...], key: str) -> None:
         raise ConfigError(f"unknown {key} {mode!r}: use one of {list(builtins)} or a dotted path 'pkg.module.fn'")
 
 
-def _number(value: Any, default: float, key: str) -> float:
-    if value is None:
-        return default
+def _number(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{key} must be a number, got {value!r}")
     return float(value)
 
 
-def _integer(value: Any, default: int, key: str) -> int:
-    if value is None:
-        return default
+def _integer(value: Any, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise ConfigError(f"{key} must be an integer, got {value!r}")
     return int(value)

@@ -15,6 +15,8 @@ from typing import Any
 from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES, check_rules
 from verl_ext.agent.gateway.core import DEFAULT_HOST, DEFAULT_MAX_INFLIGHT
 from verl_ext.agent.gateway.toolcall import REASONING_PARSERS
+from verl_ext.config.errors import ConfigError
+from verl_ext.config.settings import read_settings, set_fields
 
 AGENT_LOOP_NAME = "external_agent"
 MODES = ("sync", "async")
@@ -23,7 +25,10 @@ LAUNCHES = ("process", "pool")
 
 @dataclass(frozen=True)
 class AgentSettings:
-    command: tuple[str, ...] = ()
+    """The block's keys and their defaults (the one place they are set), normalised and checked on construction:
+    `from_mapping` reads a run's block, ConfigError naming the key."""
+
+    command: tuple[str, ...] = ()  # a command line (string or list); none with launch=pool
     host: str = DEFAULT_HOST
     port: int = 0
     timeout_s: float = 120.0
@@ -42,90 +47,102 @@ class AgentSettings:
     @classmethod
     def from_mapping(cls, block: Any) -> AgentSettings:
         if block is None:
-            raise ValueError(
+            raise ConfigError(
                 f"the `{AGENT_LOOP_NAME}` agent loop needs an `external_agent` config block "
                 "(at least `+external_agent.command=...`)"
             )
-        d = dict(block)
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(
-                f"external_agent: unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}"
-            )
-        launch = str(d.get("launch", cls.launch))
+        return read_settings(cls, block, "external_agent")
+
+    def __post_init__(self):
+        launch = str(self.launch)
         if launch not in LAUNCHES:
-            raise ValueError(f"external_agent.launch must be one of {LAUNCHES}, got {launch!r}")
-        cmd = d.get("command")
-        if isinstance(cmd, str):
-            cmd = shlex.split(cmd)
-        if launch == "pool" and not cmd:
-            cmd = ()  # workers are started by the user and poll /tasks/next
-        elif not cmd or not all(isinstance(c, str) and c for c in cmd):
-            raise ValueError(f"external_agent.command must be a command line (string or list), got {cmd!r}")
-        elif shutil.which(cmd[0]) is None and not os.path.isfile(cmd[0]):
-            raise ValueError(f"external_agent.command: {cmd[0]!r} is not an executable on PATH or a file")
-        s = cls(
-            command=tuple(cmd),
-            host=str(d.get("host", cls.host)),
-            port=int(d.get("port", cls.port)),
-            timeout_s=float(d.get("timeout_s", cls.timeout_s)),
-            max_inflight=int(d.get("max_inflight", cls.max_inflight)),
-            on_rewrite=str(d.get("on_rewrite", cls.on_rewrite)),
-            score_source=str(d.get("score_source", cls.score_source)),
-            api_key=None if d.get("api_key") is None else str(d["api_key"]),
-            env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
-            episode_log=d.get("episode_log"),
-            mode=str(d.get("mode", cls.mode)),
-            max_staleness=int(d.get("max_staleness", cls.max_staleness)),
+            raise ConfigError(f"external_agent.launch must be one of {LAUNCHES}, got {launch!r}")
+        set_fields(
+            self,
+            command=_command(self.command, launch),
+            host=str(self.host),
+            port=int(self.port),
+            timeout_s=float(self.timeout_s),
+            max_inflight=int(self.max_inflight),
+            on_rewrite=str(self.on_rewrite),
+            score_source=str(self.score_source),
+            api_key=None if self.api_key is None else str(self.api_key),
+            env={str(k): str(v) for k, v in dict(self.env or {}).items()},
+            mode=str(self.mode),
+            max_staleness=int(self.max_staleness),
             launch=launch,
-            tool_parser=str(d.get("tool_parser", cls.tool_parser)),
-            reasoning_parser=str(d.get("reasoning_parser", cls.reasoning_parser)),
+            tool_parser=str(self.tool_parser),
+            reasoning_parser=str(self.reasoning_parser),
         )
-        if s.api_key is not None and not s.api_key:
-            raise ValueError("external_agent.api_key must be a non-empty string (or unset: a random key per run)")
-        if s.api_key is None and not is_loopback(s.host):
-            raise ValueError(
-                f"external_agent.host={s.host!r} is reachable from other machines: set an explicit "
+        self._check_gateway()
+        self._check_loop()
+
+    def _check_gateway(self) -> None:
+        """The gateway's address, key and parsers."""
+        if self.api_key is not None and not self.api_key:
+            raise ConfigError("external_agent.api_key must be a non-empty string (or unset: a random key per run)")
+        if self.api_key is None and not is_loopback(self.host):
+            raise ConfigError(
+                f"external_agent.host={self.host!r} is reachable from other machines: set an explicit "
                 "external_agent.api_key (the random per-run key is only for a gateway on 127.0.0.1 / localhost)"
             )
-        if s.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(
-                f"external_agent.reasoning_parser must be one of {REASONING_PARSERS}, got {s.reasoning_parser!r}"
+        if self.reasoning_parser not in REASONING_PARSERS:
+            raise ConfigError(
+                f"external_agent.reasoning_parser must be one of {REASONING_PARSERS}, got {self.reasoning_parser!r}"
             )
         from verl.experimental.agent_loop.tool_parser import ToolParser
 
-        if s.tool_parser not in ToolParser._registry:
-            raise ValueError(
+        if self.tool_parser not in ToolParser._registry:
+            raise ConfigError(
                 f"external_agent.tool_parser must be one of verl's tool parsers {sorted(ToolParser._registry)}, "
-                f"got {s.tool_parser!r}"
+                f"got {self.tool_parser!r}"
             )
-        if s.launch == "pool" and s.api_key is None:
-            raise ValueError(
+        if self.launch == "pool" and self.api_key is None:
+            raise ConfigError(
                 "external_agent.launch=pool needs an explicit external_agent.api_key: the workers you start "
                 "must know it (process-mode agents get the random per-run key in OPENAI_API_KEY)"
             )
-        if not 0 <= s.port < 65536:
-            raise ValueError(f"external_agent.port must be 0 (any free port) or a port number, got {s.port}")
-        if s.timeout_s <= 0:
-            raise ValueError(f"external_agent.timeout_s must be > 0, got {s.timeout_s}")
-        if s.max_inflight < 1:
-            raise ValueError(f"external_agent.max_inflight must be >= 1, got {s.max_inflight}")
-        check_rules(s.on_rewrite, s.score_source, where=f"{AGENT_LOOP_NAME}.")
-        if s.launch == "pool" and s.port == 0:
-            raise ValueError(
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"external_agent.port must be 0 (any free port) or a port number, got {self.port}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"external_agent.timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_inflight < 1:
+            raise ConfigError(f"external_agent.max_inflight must be >= 1, got {self.max_inflight}")
+
+    def _check_loop(self) -> None:
+        """The episode rules, the pool's port and the sync/async loop."""
+        try:
+            check_rules(self.on_rewrite, self.score_source, where=f"{AGENT_LOOP_NAME}.")
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        if self.launch == "pool" and self.port == 0:
+            raise ConfigError(
                 "external_agent.launch=pool needs a fixed external_agent.port: the agent workers must "
                 "know where to poll /tasks/next (agent-loop worker i listens on port + i)"
             )
-        if s.mode not in MODES:
-            raise ValueError(f"external_agent.mode must be one of {MODES}, got {s.mode!r}")
-        if s.max_staleness < 0:
-            raise ValueError(f"external_agent.max_staleness must be >= 0, got {s.max_staleness}")
-        if s.mode == "async" and s.max_staleness < 1:
-            raise ValueError(
+        if self.mode not in MODES:
+            raise ConfigError(f"external_agent.mode must be one of {MODES}, got {self.mode!r}")
+        if self.max_staleness < 0:
+            raise ConfigError(f"external_agent.max_staleness must be >= 0, got {self.max_staleness}")
+        if self.mode == "async" and self.max_staleness < 1:
+            raise ConfigError(
                 "external_agent.mode=async generates the next step's episodes while the current step "
                 "trains, so they are 1 update stale: max_staleness must be >= 1"
             )
-        return s
+
+
+def _command(cmd: Any, launch: str) -> tuple[str, ...]:
+    """external_agent.command as an argv tuple: a string is split as a shell would; empty only with launch=pool (the
+    workers are started by the user and poll /tasks/next)."""
+    if isinstance(cmd, str):
+        cmd = shlex.split(cmd)
+    if launch == "pool" and not cmd:
+        return ()
+    if not cmd or not all(isinstance(c, str) and c for c in cmd):
+        raise ConfigError(f"external_agent.command must be a command line (string or list), got {cmd!r}")
+    if shutil.which(cmd[0]) is None and not os.path.isfile(cmd[0]):
+        raise ConfigError(f"external_agent.command: {cmd[0]!r} is not an executable on PATH or a file")
+    return tuple(cmd)
 
 
 def is_loopback(host: str) -> bool:
@@ -151,8 +168,6 @@ def check_config(config) -> AgentSettings | None:
     """Driver-side check (before Ray): the block parses, verl's settings the episodes rely on are set, and the trainer
     class handles agent episodes (dropped episodes out of their groups, the ledger). An `external_agent` block without
     the `external_agent` loop would be silently ignored, so it is an error too."""
-    from verl_ext.config.errors import ConfigError
-
     if not uses_external_agent(config):
         if config.get("external_agent"):
             raise ConfigError(
@@ -164,15 +179,13 @@ def check_config(config) -> AgentSettings | None:
     s = AgentSettings.from_mapping(config.get("external_agent"))
     rollout = config.actor_rollout_ref.rollout
     if rollout.get("mode", "async") != "async":
-        raise ValueError("external_agent needs verl's async rollout (actor_rollout_ref.rollout.mode=async)")
+        raise ConfigError("external_agent needs verl's async rollout (actor_rollout_ref.rollout.mode=async)")
     _check_trainer_cls(config.get("trainer", {}).get("trainer_cls"))
     return s
 
 
 def _check_trainer_cls(path) -> None:
     from verl.utils.import_utils import load_class_from_fqn
-
-    from verl_ext.config.errors import ConfigError
 
     cls = load_class_from_fqn(path, "trainer") if path else None
     # `verl_ext.agent.trainer.AgentEpisodesMixin` sets the flag; read as an attribute, so this module (which the

@@ -25,10 +25,11 @@ from typing import Any
 
 import yaml
 
+from verl_ext.config.errors import ConfigError
+from verl_ext.config.settings import read_settings, set_fields
 from verl_ext.launch.artifacts import METRICS_FILE
 
 SEED_OVERRIDES = ("data.seed={seed}",)  # how a seed reaches a run when the spec names no seed_overrides
-_KEYS = {"name", "entry", "base", "conditions", "seeds", "seed_overrides", "plot_keys"}
 DONE_FILE = "DONE"
 
 
@@ -50,6 +51,9 @@ class RunPlan:
 
 @dataclass(frozen=True)
 class CampaignSpec:
+    """A spec's keys, read by `from_dict` (the project's settings mechanism: an unknown key or a missing required one
+    is a ConfigError naming it) and checked on construction."""
+
     name: str
     entry: str
     conditions: dict[str, list[str]]
@@ -58,46 +62,42 @@ class CampaignSpec:
     seed_overrides: list[str] = field(default_factory=lambda: list(SEED_OVERRIDES))
     plot_keys: list[str] = field(default_factory=list)
 
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> CampaignSpec:
-        if not isinstance(raw, dict):
-            raise ValueError(f"a campaign spec is a mapping, got {type(raw).__name__}")
-        unknown = set(raw) - _KEYS
-        if unknown:
-            raise ValueError(f"unknown campaign keys {sorted(unknown)}; allowed: {sorted(_KEYS)}")
-        missing = {"name", "entry", "conditions", "seeds"} - set(raw)
-        if missing:
-            raise ValueError(f"campaign spec lacks {sorted(missing)}")
-        conditions = raw["conditions"]
+    def __post_init__(self):
+        conditions = self.conditions
         if not isinstance(conditions, dict) or not conditions:
-            raise ValueError("campaign conditions must be a non-empty mapping of name -> overrides")
+            raise ConfigError("campaign conditions must be a non-empty mapping of name -> overrides")
         for cond, overrides in conditions.items():
             if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
-                raise ValueError(
+                raise ConfigError(
                     f"condition {cond!r}: overrides must be a list of key=value strings, got {overrides!r}"
                 )
             if "/" in str(cond) or not str(cond):
-                raise ValueError(f"condition name {cond!r} must be a non-empty name without '/'")
-        seeds = raw["seeds"]
+                raise ConfigError(f"condition name {cond!r} must be a non-empty name without '/'")
+        seeds = self.seeds
         if (
             not isinstance(seeds, list)
             or not seeds
             or not all(isinstance(s, int) for s in seeds)
             or len(set(seeds)) != len(seeds)
         ):
-            raise ValueError(f"campaign seeds must be a non-empty list of distinct ints, got {seeds!r}")
-        seed_overrides = list(raw.get("seed_overrides", SEED_OVERRIDES))
+            raise ConfigError(f"campaign seeds must be a non-empty list of distinct ints, got {seeds!r}")
+        seed_overrides = list(self.seed_overrides)
         if not all("{seed}" in o for o in seed_overrides):
-            raise ValueError(f"every seed override must contain {{seed}}, got {seed_overrides!r}")
-        return cls(
-            name=str(raw["name"]),
-            entry=str(raw["entry"]),
+            raise ConfigError(f"every seed override must contain {{seed}}, got {seed_overrides!r}")
+        set_fields(
+            self,
+            name=str(self.name),
+            entry=str(self.entry),
             conditions={str(k): list(v) for k, v in conditions.items()},
             seeds=list(seeds),
-            base=list(raw.get("base") or []),
+            base=list(self.base or []),
             seed_overrides=seed_overrides,
-            plot_keys=list(raw.get("plot_keys") or []),
+            plot_keys=list(self.plot_keys or []),
         )
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CampaignSpec:
+        return read_settings(cls, raw, "campaign")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> CampaignSpec:

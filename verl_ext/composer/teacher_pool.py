@@ -31,12 +31,14 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import httpx
+
+from verl_ext.config.settings import read_settings
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ class TeacherPoolConfig:
     max_workers: int
 
     def __post_init__(self):
-        teachers = tuple(t if isinstance(t, TeacherConfig) else TeacherConfig(**t) for t in self.teachers)
+        teachers = tuple(_teacher(t) for t in self.teachers)
         object.__setattr__(self, "teachers", teachers)
         if not teachers:
             raise ValueError("teacher pool needs at least one teacher")
@@ -131,27 +133,21 @@ class TeacherPoolConfig:
     def from_dict(cls, data: dict[str, Any]) -> TeacherPoolConfig:
         """Build from a plain dict (e.g. OmegaConf.to_container of the run config); unknown keys are an error, and
         so is a missing one (null is how a cap or the cache is switched off)."""
-        allowed = {f.name for f in fields(cls)}
-        unknown = set(data) - allowed
-        if unknown:
-            raise ValueError(f"unknown teacher pool config keys {sorted(unknown)}; allowed: {sorted(allowed)}")
-        teacher_keys = {f.name for f in fields(TeacherConfig)}
-        for t in data.get("teachers", ()):
-            bad = set(t) - teacher_keys
-            if bad:
-                raise ValueError(f"unknown teacher config keys {sorted(bad)}; allowed: {sorted(teacher_keys)}")
-        missing = [f.name for f in fields(cls) if f.name not in data]
-        if missing:
-            raise ValueError(
-                f"missing teacher pool config keys {missing}: every one is required, null to switch a spend cap or "
-                "the cache off (the recipe's values: composer.replay.teacher_pool in recipe/composer/config/"
-                "composer.yaml)"
-            )
-        return cls(**{**data, "teachers": tuple(TeacherConfig(**t) for t in data.get("teachers", ()))})
+        note = (
+            ", null to switch a spend cap or the cache off (the recipe's values: composer.replay.teacher_pool in "
+            "recipe/composer/config/composer.yaml)"
+        )
+        if "teachers" in data:  # a bad teacher is named before a missing key
+            data = {**data, "teachers": [_teacher(t) for t in data["teachers"]]}
+        return read_settings(cls, data, "teacher pool config", required_note=note)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, safe to save: holds env-variable names, never keys."""
         return asdict(self)
+
+
+def _teacher(t: TeacherConfig | dict[str, Any]) -> TeacherConfig:
+    return t if isinstance(t, TeacherConfig) else read_settings(TeacherConfig, t, "teacher config")
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,11 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from verl_ext.config.settings import read_settings
 
 MIXED, ALL_WRONG, ALL_CORRECT = 0, 1, 2  # outcome codes of one screening
 STATE_VERSION = 1
@@ -97,18 +99,8 @@ class MemorySettings:
     @classmethod
     def from_mapping(cls, cfg: Mapping) -> MemorySettings:
         """From a dict / OmegaConf node with every field; unknown or missing keys are an error naming them."""
-        cfg = dict(cfg)
-        known = [f.name for f in fields(cls)]
-        unknown = set(cfg) - set(known)
-        if unknown:
-            raise ValueError(f"unknown curriculum.memory keys {sorted(unknown)}; known: {sorted(known)}")
-        missing = [k for k in known if k not in cfg]
-        if missing:
-            raise ValueError(
-                f"missing curriculum.memory keys {missing}: every one is required (the recipe's values are in "
-                "recipe/fast_dapo/config/fast_dapo.yaml)"
-            )
-        return cls(**cfg)
+        note = " (the recipe's values are in recipe/fast_dapo/config/fast_dapo.yaml)"
+        return read_settings(cls, cfg, "curriculum.memory", required_note=note)
 
 
 def _check_range(name, value, low, high, high_open, low_open=False) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.settings import as_dict, get
 
 SUPPORTED, PARTIAL, REJECTED = "supported", "supported, rejected where noted", "rejected"
 
@@ -47,11 +48,6 @@ class TrainerFidelity:
 BASE_FIDELITY = TrainerFidelity("the trainer base")
 
 
-def _get(cfg: DictConfig, key: str, default=None):
-    value = OmegaConf.select(cfg, key, default=default)
-    return default if value is None else value
-
-
 def _project_estimator(cfg: DictConfig) -> bool:
     from verl_ext.advantage.config import ESTIMATORS
 
@@ -59,8 +55,7 @@ def _project_estimator(cfg: DictConfig) -> bool:
 
 
 def _rollout_corr(cfg: DictConfig) -> dict:
-    node = OmegaConf.select(cfg, "algorithm.rollout_correction")
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    return as_dict(OmegaConf.select(cfg, "algorithm.rollout_correction"), "algorithm.rollout_correction")
 
 
 def _rollout_corr_used(cfg: DictConfig) -> bool:
@@ -92,7 +87,7 @@ def _reward_model(cfg, trainer):
     # verl scores with a reward model in one of two places: a standalone model (its own resource pool) inside the
     # reward loop that streams with the rollout, so `rm_scores` arrive with the generated batch as a reward
     # function's do; a colocated one (no own pool) by a separate `_compute_reward_colocate` call in `fit`.
-    if _get(cfg, "reward.reward_model.enable", False) and not _get(
+    if get(cfg, "reward.reward_model.enable", False) and not get(
         cfg, "reward.reward_model.enable_resource_pool", False
     ):
         return (
@@ -107,10 +102,10 @@ def _reward_model(cfg, trainer):
 def _skip(cfg, trainer):
     # verl's legacy fit honours skip.rollout only (AgentLoopManager.generate_sequences is wrapped by it, keyed by the
     # step); skip.rollout_tq and skip.async_rollout belong to the v1 and fully-async trainers and would be ignored.
-    on = [k for k in ("async_rollout", "rollout_tq") if _get(cfg, f"skip.{k}.enable", False)]
+    on = [k for k in ("async_rollout", "rollout_tq") if get(cfg, f"skip.{k}.enable", False)]
     if on:
         return f"skip.{on[0]}.enable belongs to verl's v1 / fully-async trainers; the legacy loop would ignore it"
-    if _get(cfg, "skip.rollout.enable", False) and trainer.several_generation_calls(cfg):
+    if get(cfg, "skip.rollout.enable", False) and trainer.several_generation_calls(cfg):
         return (
             "skip.rollout.enable (verl's rollout dump/replay keyed by step) replays one generation call per step; "
             f"{trainer.name} makes several, so a replay by step would be wrong"
@@ -119,7 +114,7 @@ def _skip(cfg, trainer):
 
 
 def _filter_groups(cfg, trainer):
-    if _get(cfg, "algorithm.filter_groups.enable", False):
+    if get(cfg, "algorithm.filter_groups.enable", False):
         return (
             "algorithm.filter_groups is read by verl-recipe's DAPO trainer, not by verl's fit (it would be "
             "ignored); use recipe/fast_dapo with curriculum.mode=dapo (or fast)"
@@ -128,7 +123,7 @@ def _filter_groups(cfg, trainer):
 
 
 def _pf_ppo(cfg, trainer):
-    if _get(cfg, "algorithm.use_pf_ppo", False) and (trainer.own_advantages or _project_estimator(cfg)):
+    if get(cfg, "algorithm.use_pf_ppo", False) and (trainer.own_advantages or _project_estimator(cfg)):
         return (
             "algorithm.use_pf_ppo is applied inside verl's compute_advantage, which the project's estimators "
             "and the Composer do not call; use one of verl's estimators without it, or drop use_pf_ppo"
@@ -137,7 +132,7 @@ def _pf_ppo(cfg, trainer):
 
 
 def _distillation(cfg, trainer):
-    if trainer.rejects_distillation and _get(cfg, "distillation.enabled", False):
+    if trainer.rejects_distillation and get(cfg, "distillation.enabled", False):
         return f"verl's distillation sets its own actor loss flags; {trainer.rejects_distillation}"
     return None
 
@@ -146,7 +141,7 @@ def _rollout_correction(cfg, trainer):
     rc = _rollout_corr(cfg)
     if not _rollout_corr_used(cfg):
         return None
-    if not _get(cfg, "actor_rollout_ref.rollout.calculate_log_probs", False):
+    if not get(cfg, "actor_rollout_ref.rollout.calculate_log_probs", False):
         return (
             "algorithm.rollout_correction needs the rollout's log-probs: set "
             "actor_rollout_ref.rollout.calculate_log_probs=true (verl would skip the correction silently)"
@@ -175,9 +170,9 @@ def _max_samples(cfg, trainer):
     # verl's RLHFDataset draws the subset with np.random.default_rng(data.seed): with no seed every process (a
     # resumed run, each campaign seed) trains and validates on other prompts, while the checkpoint's dataloader
     # position refers to the first subset.
-    if not _get(cfg, "data.shuffle", True) or _get(cfg, "data.seed") is not None:
+    if not get(cfg, "data.shuffle", True) or get(cfg, "data.seed") is not None:
         return None
-    used = [k for k in ("train_max_samples", "val_max_samples") if (_get(cfg, f"data.{k}", -1) or -1) > 0]
+    used = [k for k in ("train_max_samples", "val_max_samples") if (get(cfg, f"data.{k}", -1) or -1) > 0]
     if used:
         return (
             f"data.{used[0]} picks a random subset with data.seed=null, a different one in every process, so a "

@@ -15,6 +15,7 @@ from verl import DataProto
 from recipe.fast_dapo import config_check
 from recipe.fast_dapo.config_check import (
     CURRICULUM_KEYS,
+    DEFAULTS,
     FAST_DAPO_YAML,
     AutoGenBatch,
     ConfigError,
@@ -22,7 +23,6 @@ from recipe.fast_dapo.config_check import (
     curriculum_on,
     curriculum_settings,
     prepare_config,
-    yaml_default,
 )
 from recipe.fast_dapo.fast_dapo_ray_trainer import GenerationBudgetExceeded, RayFastDAPOTrainer
 from verl_ext.config.compose import compose_config
@@ -176,12 +176,12 @@ def test_left_out_keys_take_fast_dapo_yaml_values_in_the_driver_and_the_trainer(
     assert driver == _settings_from_the_yaml_alone(n=n, train_batch_size=tbs)
     assert curriculum_settings(cfg) == driver  # RayFastDAPOTrainer.__init__ reads them again from the same config
     assert (driver.max_num_gen_batches, driver.n_continue) == (10, 12)
-    assert curriculum_on(OmegaConf.create({})) is yaml_default("curriculum.enable")
+    assert curriculum_on(OmegaConf.create({})) is DEFAULTS.value("curriculum.enable")
     # the driver writes the YAML's values into the config, so what reads it later needs no default of its own
-    assert OmegaConf.to_container(cfg.curriculum) == {**yaml_default("curriculum"), "n_continue": 12}
+    assert OmegaConf.to_container(cfg.curriculum) == {**DEFAULTS.value("curriculum"), "n_continue": 12}
     from verl_ext.trainer.probe import ProbeSettings
 
-    assert ProbeSettings.from_config(cfg).metric == yaml_default("curriculum.filter_metric")
+    assert ProbeSettings.from_config(cfg).metric == DEFAULTS.value("curriculum.filter_metric")
 
 
 def test_the_settings_fields_are_the_yaml_keys_and_have_no_defaults():
@@ -204,13 +204,13 @@ def test_the_settings_fields_are_the_yaml_keys_and_have_no_defaults():
 )
 def test_a_default_missing_from_the_yaml_fails_naming_the_key(monkeypatch, key):
     """No fallback in code: with the key gone from fast_dapo.yaml and left out of the config, the check names it."""
-    yaml = copy.deepcopy(config_check._YAML)
+    yaml = copy.deepcopy(config_check.DEFAULTS.tree)
     *parents, last = key.split(".")
     node = yaml
     for part in parents:
         node = node[part]
     del node[last]
-    monkeypatch.setattr(config_check, "_YAML", yaml)
+    monkeypatch.setattr(config_check.DEFAULTS, "tree", yaml)
     with pytest.raises(ConfigError, match=rf"{key} is not set, and fast_dapo.yaml has no default for it"):
         prepare_config(_without_project_keys(_cfg()))
     prepare_config(_cfg())  # the preset's config still sets every key the YAML does not

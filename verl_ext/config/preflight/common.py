@@ -1,5 +1,6 @@
-"""What every pre-flight check uses: reading a config value (a number, or a ConfigError naming its key), telling a
-remote path from a local one, and collecting the ConfigErrors of independent checks so one pass reports them all."""
+"""What every pre-flight check uses: reading a number from the config (or a ConfigError naming its key; any other value
+is read with `verl_ext.config.settings.get`), telling a remote path from a local one, and collecting the ConfigErrors
+of independent checks so one pass reports them all."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ from collections.abc import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from verl_ext.config.errors import ConfigError
-
-
-def get(cfg: DictConfig, key: str, default=None):
-    value = OmegaConf.select(cfg, key, default=default)
-    return default if value is None else value
 
 
 def number(cfg: DictConfig, key: str, kind: type, default=None):

@@ -23,7 +23,8 @@ from pathlib import Path
 from omegaconf import DictConfig, open_dict
 
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.preflight.common import Problems, get, is_remote, number
+from verl_ext.config.preflight.common import Problems, is_remote, number
+from verl_ext.config.settings import get
 
 # What verl's reward manager passes to a reward function (verl/experimental/reward_loop/reward_manager/naive.py).
 REWARD_ARGS = ("data_source", "solution_str", "ground_truth", "extra_info")

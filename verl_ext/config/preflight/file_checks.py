@@ -19,8 +19,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig
 
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.preflight.common import get, is_remote
+from verl_ext.config.preflight.common import is_remote
 from verl_ext.config.preflight.plan import DataFile
+from verl_ext.config.settings import get
 
 _ROLES = {"system", "user", "assistant", "tool"}
 

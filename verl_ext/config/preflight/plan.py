@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
-from verl_ext.config.preflight.common import get
+from verl_ext.config.settings import get
 
 
 @dataclass(frozen=True)

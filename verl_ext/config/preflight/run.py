@@ -8,7 +8,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.preflight.common import Problems, get, number
+from verl_ext.config.preflight.common import Problems, number
 from verl_ext.config.preflight.config_checks import (
     check_context_length,
     check_estimator,
@@ -29,6 +29,7 @@ from verl_ext.config.preflight.file_checks import (
     read_data_file,
 )
 from verl_ext.config.preflight.plan import Plan, batch_arithmetic, steps_plan
+from verl_ext.config.settings import get
 
 FILE_MODES = ("full", "config")  # config: skip data/model files (they live on a cluster's storage only)
 
