@@ -4,7 +4,8 @@
 from and feed token-level estimators. Nothing of verl's loop may be dropped silently: each feature is either carried
 over (by calling verl's own function for it) or rejected in the driver, before Ray starts, by `check_fidelity`, with
 a `ConfigError` naming the key. `FEATURES` is that table (docs/FIDELITY.md holds the copy `feature_table_markdown()`
-generates); `tests/trainer/test_fidelity.py` checks every rejection and that a key not in use never trips one.
+generates, with the tests that show each row, named by the suite); `tests/trainer/test_fidelity.py` checks every
+rejection and that a key not in use never trips one.
 
 Supported features are listed too, so the table is the whole side-by-side reading of verl's `fit`.
 
@@ -16,7 +17,7 @@ trainer declares its own next to its config check, which knows the recipe's keys
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
@@ -71,7 +72,6 @@ class Feature:
     # (cfg, the trainer's fidelity) -> None if fine, else the reason it cannot run; only for features rejected in
     # some setting
     check: Callable[[DictConfig, TrainerFidelity], str | None] | None = None
-    tests: tuple[str, ...] = ()  # the tests that show it (names of test functions under tests/)
 
 
 def _remax(cfg, trainer):
@@ -192,28 +192,16 @@ FEATURES: tuple[Feature, ...] = (
         "without `rollout.calculate_log_probs=true`, bypass with the Composer's own actor loss, and bypass with "
         "an estimator that needs entropies (no old-log-prob pass)",
         _rollout_correction,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_supported_settings_pass",
-            "test_decoupled_correction_truncates_token_is_weights_at_the_threshold",
-            "test_decoupled_rejection_sampling_narrows_the_response_mask",
-            "test_bypass_mode_trains_against_the_rollout_log_probs",
-            "test_bypass_mode_reaches_the_workers_loss",
-            "test_bypass_mode_trains_with_verls_bypass_loss",
-            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
-        ),
     ),
     Feature(
         "trainer.val_only",
         SUPPORTED,
         "validate (also a resumed checkpoint), log, stop",
-        tests=("test_fast_dapo_trains_crashes_and_resumes",),
     ),
     Feature(
         "trainer.rollout_data_dir",
         SUPPORTED,
         "one `<step>.jsonl` per step through verl's `_log_rollout_data`",
-        tests=("test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",),
     ),
     Feature("trainer.validation_data_dir, log_val_generations", SUPPORTED, "verl's `_validate`, unchanged"),
     Feature(
@@ -221,59 +209,40 @@ FEATURES: tuple[Feature, ...] = (
         SUPPORTED,
         "verl's `_start_profiling` / `_stop_profiling` and the rollout servers' profile, on the same schedule "
         "(`verl_ext/trainer/profiling.py`); a fast DAPO step's profile covers all its generation calls",
-        tests=("test_profile_schedule_matches_verls_loop",),
     ),
     Feature(
         "trainer.esi_redundant_time (expiring instances)",
         SUPPORTED,
         "verl's `should_save_ckpt_esi` forces a save when the capacity block is about to expire",
-        tests=("test_esi_expiry_forces_a_checkpoint",),
     ),
     Feature(
         "images_seqlens (multimodal)",
         SUPPORTED,
         "collected from `multi_modal_inputs` as verl does",
-        tests=("test_images_seqlens_collects_image_rows_only",),
     ),
     Feature("train_dataset.on_batch_end, async checkpoint finalize", SUPPORTED, "called as verl does"),
     Feature(
         "variance-proxy, spec-decode and GDPO metrics",
         SUPPORTED,
         "verl's metric functions, every step",
-        tests=(
-            "test_gdpo_metrics_only_for_gdpo",
-            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
-        ),
     ),
     Feature(
         "critic, use_kl_in_reward, critic_warmup, balance_batch, checkpoints",
         SUPPORTED,
         "verl's own calls in verl's order (the CPU tests run balance_batch and checkpoints; critic, "
         "use_kl_in_reward and critic_warmup are not run: GRPO has no critic)",
-        tests=(
-            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
-            "test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state",
-        ),
     ),
     Feature(
         "distillation (teacher model)",
         PARTIAL,
         "the trainer base: verl's actor update, inherited; rejected in the Composer",
         _distillation,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_supported_settings_pass",
-        ),
     ),
     Feature(
         "algorithm.adv_estimator=remax",
         REJECTED,
         "needs a greedy baseline generation",
         _remax,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_both_recipe_checks_reject_before_ray",
-        ),
     ),
     Feature(
         "reward.reward_model (reward model)",
@@ -282,11 +251,6 @@ FEATURES: tuple[Feature, ...] = (
         "function (config check tested; not run on CPU); the colocated one (`enable_resource_pool=false`) is "
         "rejected",
         _reward_model,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_supported_settings_pass",
-            "test_both_recipe_checks_reject_before_ray",
-        ),
     ),
     Feature(
         "skip.rollout (rollout dump/replay)",
@@ -295,11 +259,6 @@ FEATURES: tuple[Feature, ...] = (
         "and the Composer (several generation calls per step), and skip.rollout_tq / skip.async_rollout "
         "(other trainers' keys) everywhere",
         _skip,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_supported_settings_pass",
-            "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
-        ),
     ),
     Feature(
         "data.train_max_samples / data.val_max_samples",
@@ -307,18 +266,12 @@ FEATURES: tuple[Feature, ...] = (
         "verl's dataset subset; rejected when it is random without a seed (data.shuffle=true, data.seed=null): "
         "every process would draw other prompts, so a resume would not continue the same data",
         _max_samples,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_supported_settings_pass",
-            "test_fast_dapo_trains_crashes_and_resumes",
-        ),
     ),
     Feature(
         "algorithm.filter_groups",
         REJECTED,
         "verl-recipe's key, ignored by verl's fit: use fast_dapo",
         _filter_groups,
-        tests=("test_each_rejection_names_its_key",),
     ),
     Feature(
         "algorithm.use_pf_ppo",
@@ -326,10 +279,6 @@ FEATURES: tuple[Feature, ...] = (
         "with verl's estimators (inside verl's compute_advantage); rejected with the project's estimators and "
         "the Composer",
         _pf_ppo,
-        tests=(
-            "test_each_rejection_names_its_key",
-            "test_supported_settings_pass",
-        ),
     ),
 )
 
@@ -346,10 +295,11 @@ def check_fidelity(cfg: DictConfig, trainer: TrainerFidelity) -> None:
         )
 
 
-def feature_table_markdown() -> str:
-    """The README table: verl feature -> status -> how / why."""
+def feature_table_markdown(tests: Mapping[str, Sequence[str]]) -> str:
+    """docs/FIDELITY.md's table: verl feature -> status -> how / why -> the tests that show it (`tests`: feature key
+    -> test names; the suite holds that mapping, tests/trainer/test_fidelity.py `FEATURE_TESTS`)."""
     lines = ["| verl feature | status | how / why | tests |", "|---|---|---|---|"]
     for f in FEATURES:
-        tests = ", ".join(f"`{t}`" for t in f.tests) or "-"
-        lines.append(f"| `{f.key}` | {f.status} | {f.note} | {tests} |")
+        shown = ", ".join(f"`{t}`" for t in tests.get(f.key, ())) or "-"
+        lines.append(f"| `{f.key}` | {f.status} | {f.note} | {shown} |")
     return "\n".join(lines)
