@@ -18,7 +18,7 @@ if [ $# -gt 0 ]; then
   rc=$?
 else
   echo "[tests] unit tests on 2 workers"
-  "${pytest[@]}" -n 2 -m "not e2e and not multinode"
+  "${pytest[@]}" -n 2 --dist worksteal -m "not e2e and not multinode"
   unit=$?
   echo "[tests] end-to-end runs"
   "${pytest[@]}" -m "e2e and not multinode"

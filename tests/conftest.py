@@ -53,6 +53,16 @@ def e2e_config(config_name, overrides, config_module="verl.trainer.config", back
     return compose_config(config_name, backend_overrides(backend) + list(overrides), config_module=config_module)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test`'s unit phase: one worker a core) each worker's torch computes on one thread:
+    two workers with a thread per core each would oversubscribe the cores, and torch's spinning threads then run
+    many times slower. Processes a test starts choose their own."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 
