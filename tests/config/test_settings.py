@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.settings import YamlDefaults, block_keys, read_from, read_settings
+from verl_ext.config.settings import YamlDefaults, block_keys, get, read_from, read_settings
 
 YAML = """
 block:
@@ -100,3 +100,19 @@ def test_fill_writes_the_yaml_values_the_run_leaves_out(defaults):
     run = OmegaConf.create({"run_dir": "/r", "size": None})
     defaults.fill(run, "size")
     assert run.size is None  # null is a value the run sets, not a left-out key
+
+
+def test_get_reads_dictconfig_mapping_and_verl_config_objects_alike():
+    """`get` is the one getter for a run config (DictConfig), a plain mapping and verl's dataclass configs (what an
+    estimator may be handed): the same dotted key gives the same value, and absent or null gives the default."""
+    from verl.trainer.config import AlgoConfig
+
+    as_dict = {"algorithm": {"norm_adv_by_std_in_grpo": False, "gamma": None}}
+    for cfg in (OmegaConf.create(as_dict), as_dict):
+        assert get(cfg, "algorithm.norm_adv_by_std_in_grpo", True) is False
+        assert get(cfg, "algorithm.gamma", 0.5) == 0.5  # null -> default
+        assert get(cfg, "algorithm.missing.deeper", 7) == 7
+    algo = AlgoConfig(norm_adv_by_std_in_grpo=False)
+    assert get(algo, "norm_adv_by_std_in_grpo", True) is False
+    assert get(algo, "alpha_sdpo", 0.25) == 0.25  # not a field of verl's AlgoConfig
+    assert get(None, "anything", 3) == 3

@@ -33,6 +33,7 @@ import torch
 
 from verl_ext.advantage.base import VerlEstimator
 from verl_ext.advantage.groups import group_ids, group_mean_std
+from verl_ext.config.settings import get
 
 
 def sdpo_advantage_term(
@@ -73,8 +74,8 @@ def compute_grpo_composer_advantage(
     unknown = set(kwargs) - _IGNORED_KWARGS
     if unknown:
         raise TypeError(f"grpo_composer got unexpected arguments {sorted(unknown)}")
-    norm_by_std = bool(_config_value(config, "norm_adv_by_std_in_grpo", True))
-    alpha = float(_config_value(config, "alpha_sdpo", 0.0))
+    norm_by_std = bool(get(config, "norm_adv_by_std_in_grpo", True))
+    alpha = float(get(config, "alpha_sdpo", 0.0))
     if alpha < 0:
         raise ValueError(f"algorithm.alpha_sdpo must be >= 0, got {alpha}")
     if len(index) != token_level_rewards.shape[0]:
@@ -122,18 +123,6 @@ def composer_advantages(batch, algo: Any, sdpo: dict | None = None) -> tuple[tor
         config=algo,
         **extra,
     )
-
-
-def _config_value(config: Any, key: str, default: Any) -> Any:
-    """Read a key from a dict, OmegaConf DictConfig or verl dataclass config (all have .get), or None."""
-    if config is None:
-        return default
-    getter = getattr(config, "get", None)
-    if getter is not None:
-        value = getter(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None else value
 
 
 GRPO_COMPOSER = VerlEstimator(

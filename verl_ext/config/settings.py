@@ -40,9 +40,20 @@ _ABSENT = object()
 _REPO = Path(__file__).resolve().parents[2]
 
 
-def get(cfg: DictConfig, key: str, default=None):
-    """The run's value at the dotted `key`; `default` when the key is absent or null."""
-    value = OmegaConf.select(cfg, key, default=default)
+def get(cfg: Any, key: str, default=None):
+    """The run's value at the dotted `key`; `default` when the key is absent or null, or `cfg` is None.
+
+    `cfg` is a DictConfig, a mapping, or a config object with `.get` or attributes (verl's dataclass configs, such as
+    the `AlgoConfig` verl may hand an estimator)."""
+    if isinstance(cfg, DictConfig):
+        value = OmegaConf.select(cfg, key, default=default)
+        return default if value is None else value
+    value = cfg
+    for part in key.split("."):
+        if value is None:
+            return default
+        getter = getattr(value, "get", None)
+        value = getter(part, None) if callable(getter) else getattr(value, part, None)
     return default if value is None else value
 
 
