@@ -19,12 +19,16 @@ def _tiny_assets(what: str, difficulty: str = "flat") -> str | float:
 
 
 def _smollm2(what: str = "model") -> str:
-    """`${smollm2:model}`: SmolLM2-135M-Instruct converted to a float32 HF directory (built on first use)."""
-    if what != "model":
-        raise ValueError(f"${{smollm2:{what}}}: the only choice is model")
-    from verl_ext.pretrained.smollm2 import ensure_smollm2
+    """`${smollm2:model}`: SmolLM2-135M-Instruct converted to a float32 HF directory (built on first use);
+    `${smollm2:tool_template}`: its chat template with a tools section (`smollm2.TOOL_CHAT_TEMPLATE`), for
+    `actor_rollout_ref.model.custom_chat_template` in a tool-using agent's preset."""
+    from verl_ext.pretrained import smollm2
 
-    return str(ensure_smollm2())
+    if what == "tool_template":
+        return smollm2.TOOL_CHAT_TEMPLATE
+    if what != "model":
+        raise ValueError(f"${{smollm2:{what}}}: choose model or tool_template")
+    return str(smollm2.ensure_smollm2())
 
 
 def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | float:
@@ -46,7 +50,7 @@ def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | 
 
 
 def register_lazy_resolvers() -> None:
-    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets, `${smollm2:model}` and
+    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets, `${smollm2:model|tool_template}` and
     `${mathgen:train|val|root|baseline[,mix[,val_size]]}` for the real-model presets; each package loads on first
     use only."""
     for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen)):
