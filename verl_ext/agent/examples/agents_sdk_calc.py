@@ -38,9 +38,13 @@ def calc(expr: str) -> str:
         return f"error: {e}"
 
 
-def question(t: dict) -> str:
+def conversation(t: dict) -> list[dict] | str:
+    """The task's prompt as the run's input: the whole chat (a worked example before the question stays; the SDK
+    sends input messages as they are), or the plain question."""
     prompt = t["prompt"]
-    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+    if isinstance(prompt, list):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    return str(prompt)
 
 
 async def play(t: dict) -> str:
@@ -50,7 +54,7 @@ async def play(t: dict) -> str:
     settings = ModelSettings(max_tokens=int(os.environ["CALC_MAX_TOKENS"]) if "CALC_MAX_TOKENS" in os.environ else None)
     agent = Agent(name="calculator", tools=[calc], model=model, model_settings=settings)
     try:
-        result = await Runner.run(agent, question(t), max_turns=int(os.environ.get("CALC_MAX_TURNS", "3")))
+        result = await Runner.run(agent, conversation(t), max_turns=int(os.environ.get("CALC_MAX_TURNS", "3")))
     except MaxTurnsExceeded:
         return ""
     except BadRequestError as e:
