@@ -172,6 +172,25 @@ def test_tool_template_renders_tools_calls_and_results_as_the_hermes_parser_read
     assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [("calc", {"expr": "2 - -2"})]
 
 
+def test_forced_call_openings_are_token_prefixes_of_the_rendered_call(with_tools):
+    """`required` / a named tool_choice append the opening, tokenized alone, to the prompt ids and the policy samples
+    the rest: prompt + opening must be a token prefix of the template's own tokens of such a call. SmolLM2's BPE
+    writes `"arguments": {"expr"` as `":`, ` {"`, `expr`: an opening ending in the space (as it did) would leave the
+    policy after a lone ` ` token, which rendered calls never contain."""
+    from verl_ext.agent.gateway.toolcall import ToolCallCodec
+
+    tok, codec = with_tools, ToolCallCodec(with_tools, "hermes", "none")
+    enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
+    prompt = render(tok, ASK, tools=[CALC])
+    call = enc(tok.apply_chat_template(ASK + [call_message()], tools=[CALC], tokenize=False))
+    for choice in ("required", {"type": "function", "function": {"name": "calc"}}):
+        forced = enc(prompt) + enc(codec.forced_opening(choice))
+        assert call[: len(forced)] == forced, choice
+    with_space = enc(prompt) + enc('<tool_call>\n{"name": "calc", "arguments": ')  # the opening as it was
+    assert call[: len(with_space)] != with_space
+    assert [tok.decode([i]) for i in enc('"arguments": {"')] == ['"', "arguments", '":', ' {"']
+
+
 def test_hermes_parser_does_not_read_the_list_calls_of_smollm2s_own_function_calling_format(with_tools):
     """SmolLM2's function-calling SFT format (APIGen: a JSON list inside one <tool_call> block) is not what verl's
     hermes parser reads: such a reply comes back as plain content, counted `malformed`. The template above teaches

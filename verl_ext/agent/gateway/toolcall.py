@@ -40,8 +40,12 @@ REASONING_PARSERS = ("none", "think")
 TOOL_CHOICES = ("auto", "none", "required")
 # Per tool parser: the text a reply starts with when a call is required, and when a named function is. Both are what
 # the parser reads and what a Qwen2.5-style template renders before a call's arguments (tests/agent/test_toolcall.py
-# renders one to check).
-FORCED_CALL_OPENINGS = {"hermes": ("<tool_call>\n", '<tool_call>\n{{"name": {name}, "arguments": ')}
+# renders one to check). Each ends where the template's own tokens of a call have a boundary, so that the prompt +
+# the opening, tokenized alone, is a token prefix of the rendered call: the named opening stops before the space in
+# `"arguments": {`, which a byte-level BPE (SmolLM2's, Qwen's) merges into one token ` {"` with what follows
+# (tests/pretrained/test_smollm2_tools.py); ending on a lone space would make the policy continue from a token
+# boundary it never sees in rendered calls.
+FORCED_CALL_OPENINGS = {"hermes": ("<tool_call>\n", '<tool_call>\n{{"name": {name}, "arguments":')}
 
 
 class ToolSpecError(ValueError):
