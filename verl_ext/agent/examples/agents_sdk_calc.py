@@ -5,8 +5,9 @@ it only reads the task, turns the SDK's tracing export off (it would post traces
     python -m verl_ext.agent.examples.agents_sdk_calc        (as external_agent.command)
 
 `AsyncOpenAI()` reads `OPENAI_BASE_URL` / `OPENAI_API_KEY`, which the trainer sets to the episode's gateway
-session. Score 1 if the final output's `\\boxed{}` is the task's ground truth. An episode that runs out of turns or
-of the episode's token budget scores 0 (it is the policy's outcome, not a crash).
+session. The tool is an exact calculator (`verl_ext.mathgen.calculator`). Score: the project's math reward of the final
+output against the task's ground truth (`score.answer_score`). An episode that runs out of turns or of the episode's
+token budget scores 0 (it is the policy's outcome, not a crash).
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ from agents import (
 )
 from openai import AsyncOpenAI, BadRequestError
 
-from verl_ext.agent.examples.calc_agent import evaluate, is_correct
-from verl_ext.agent.examples.score import post_score, task
+from verl_ext.agent.examples.score import answer_score, post_score, task
+from verl_ext.mathgen.calculator import calculate
 
 
 @function_tool
 def calc(expr: str) -> str:
-    """Evaluate + - * arithmetic."""
+    """Evaluate arithmetic: + - * / and parentheses, on integers and decimals."""
     try:
-        return str(evaluate(expr))
-    except (ValueError, ZeroDivisionError) as e:
+        return calculate(expr)
+    except ValueError as e:
         return f"error: {e}"
 
 
@@ -67,7 +68,7 @@ async def play(t: dict) -> str:
 def main() -> None:
     t = task()
     answer = asyncio.run(play(t))
-    post_score(1.0 if is_correct(answer, str(t["reward_model"]["ground_truth"]).strip()) else 0.0)
+    post_score(answer_score(answer, t))
 
 
 if __name__ == "__main__":
