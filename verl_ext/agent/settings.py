@@ -90,12 +90,12 @@ class AgentSettings:
             raise ConfigError(
                 f"external_agent.reasoning_parser must be one of {REASONING_PARSERS}, got {self.reasoning_parser!r}"
             )
-        from verl.experimental.agent_loop.tool_parser import ToolParser
+        from verl_ext.agent.gateway.tool_parsers import parser_names
 
-        if self.tool_parser not in ToolParser._registry:
+        if self.tool_parser not in parser_names():
             raise ConfigError(
-                f"external_agent.tool_parser must be one of verl's tool parsers {sorted(ToolParser._registry)}, "
-                f"got {self.tool_parser!r}"
+                f"external_agent.tool_parser must be one of the tool parsers {parser_names()} (verl's and "
+                f"verl_ext.agent.gateway.tool_parsers'), got {self.tool_parser!r}"
             )
         if self.launch == "pool" and self.api_key is None:
             raise ConfigError(

