@@ -18,7 +18,11 @@ from verl_ext.agent.episode import Status
 from verl_ext.agent.settings import AgentSettings
 
 TASK = {
-    "prompt": [{"role": "user", "content": "What is (1+2)*4 and 5*5? Put the first in \\boxed{}."}],
+    "prompt": [  # a worked exchange before the question, as the real task's prompts have (verl_ext/mathgen)
+        {"role": "user", "content": "What is 2 + 2? Put it in \\boxed{}."},
+        {"role": "assistant", "content": "2 + 2 = 4. The final answer is \\boxed{4}."},
+        {"role": "user", "content": "What is (1+2)*4 and 5*5? Put the first in \\boxed{}."},
+    ],
     "reward_model": {"ground_truth": "12"},
     "extra_info": {},
     "data_source": "calc",
@@ -58,6 +62,7 @@ def test_framework_agent_through_the_gateway(framework, scripted_gateway, loop_t
     assert len(s.rounds) == 2
     first, second = (tool_tokenizer.decode(r.prompt_ids) for r in s.rounds)
     assert '"name": "calc"' in first  # the framework's tool schema, rendered by the chat template
+    assert "The final answer is \\boxed{4}.<|im_end|>" in first  # the task's worked exchange reached the model
     # The framework parsed both calls' arguments, ran its own tool on each and sent both results back.
     assert "<tool_response>\n12\n</tool_response>\n<tool_response>\n25\n</tool_response>" in second
     assert s.drift.as_dict() == {"extended": 1, "split": {}, "tool_faults": {}}

@@ -57,7 +57,7 @@ def test_api_key_defaults_to_a_random_key_per_gateway():
         ({"command": PY, "host": "0.0.0.0"}, "host='0.0.0.0' is reachable from other machines"),
         ({"command": PY, "host": "10.1.2.3"}, "set an explicit external_agent.api_key"),
         ({"command": PY, "api_key": ""}, "api_key must be a non-empty string"),
-        ({"command": PY, "tool_parser": "xml"}, "tool_parser must be one of verl's tool parsers"),
+        ({"command": PY, "tool_parser": "xml"}, r"tool_parser must be one of the tool parsers \[.*'hermes', .*'line'"),
         ({"command": PY, "reasoning_parser": "r1"}, "reasoning_parser must be one of"),
         ({"command": PY, "mode": "async", "max_staleness": 0}, "max_staleness must be >= 1"),
     ],
@@ -79,6 +79,9 @@ def _config(loop: str, mode: str = "async", block=None, trainer_cls="verl_ext.ag
 
 def test_check_config():
     assert check_config(_config("single_turn_agent")) is None  # not an agent run: nothing to check
+    # verl's parsers and the project's own (verl_ext/agent/gateway/tool_parsers.py) are known by name
+    for parser in ("hermes", "line"):
+        assert AgentSettings.from_mapping({"command": PY, "tool_parser": parser}).tool_parser == parser
     assert check_config(_config("external_agent", block={"command": PY})).command == (PY,)
     with pytest.raises(ValueError, match="needs an `external_agent` config block"):
         check_config(_config("external_agent"))

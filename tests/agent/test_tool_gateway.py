@@ -186,7 +186,7 @@ def test_required_and_named_tool_choice_force_the_call_opening(scripted_gateway,
     """`required` (first round) and a named function (second round): the gateway appends the call's opening to the
     prompt, the policy samples the rest, the client gets the call; the opening is context (mask 0), never trained."""
     gw, backend = scripted_gateway(
-        ['{"name": "calc", "arguments": {"expr": "(1+2)*4"}}\n</tool_call>', '{"expr": "12/2"}}\n</tool_call>', "6."]
+        ['{"name": "calc", "arguments": {"expr": "(1+2)*4"}}\n</tool_call>', ' {"expr": "12/2"}}\n</tool_call>', "6."]
     )
     s = gw.open_session(SAMPLING)
     c = client(gw, s.episode_id)
@@ -200,7 +200,7 @@ def test_required_and_named_tool_choice_force_the_call_opening(scripted_gateway,
     named = {"type": "function", "function": {"name": "calc"}}
     r = c.chat.completions.create(model="m", messages=msgs, tools=[CALC], tool_choice=named).choices[0]
     assert [json.loads(t.function.arguments) for t in r.message.tool_calls] == [{"expr": "12/2"}]
-    opening = enc('<tool_call>\n{"name": "calc", "arguments": ')
+    opening = enc('<tool_call>\n{"name": "calc", "arguments":')
     assert backend.calls[1][0][-len(opening) :] == opening
     msgs += [r.message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": "x", "content": "6"}]
     assert c.chat.completions.create(model="m", messages=msgs, tools=[CALC]).choices[0].message.content == "6."

@@ -138,9 +138,9 @@ def test_forced_openings_are_what_the_template_renders_before_a_call(codec, tool
     named = codec.forced_opening({"type": "function", "function": {"name": "calc"}})
     assert codec.forced_opening("auto") == codec.forced_opening("none") == ""
     assert reply.startswith(codec.forced_opening("required")) and codec.forced_opening("required") == "<tool_call>\n"
-    assert reply.startswith(named) and reply[len(named) :].startswith('{"expr": "1+2"}')
+    assert reply.startswith(named) and reply[len(named) :].startswith(' {"expr": "1+2"}')
     # The parse of opening + sampled text is the call; stop strings apply to the sampled text only.
-    ids = tok.encode('{"expr": "1+2"}}\n</tool_call>', add_special_tokens=False) + [tok.eos_token_id]
+    ids = tok.encode(' {"expr": "1+2"}}\n</tool_call>', add_special_tokens=False) + [tok.eos_token_id]
     r = asyncio.run(codec.parse(ids, TOOLS, {"type": "function", "function": {"name": "calc"}}, ("</tool",), named))
     assert r.stopped_by == "</tool" and r.faults == {"malformed": 1}  # the stop cut the closing tag: unclosed
     r = asyncio.run(codec.parse(ids, TOOLS, {"type": "function", "function": {"name": "calc"}}, (), named))

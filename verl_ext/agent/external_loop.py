@@ -39,7 +39,9 @@ from verl_ext.agent.episode import Status
 from verl_ext.agent.gateway.server import Gateway
 from verl_ext.agent.gateway_owner import LoopGateways
 from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings, gateway_key
+from verl_ext.agent.tool_use import tool_use
 from verl_ext.agent.trajectory import truncate
+from verl_ext.agent.transcript import transcript, write_transcript
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +121,8 @@ class ExternalAgentLoop(AgentLoopBase):
         exit_code, stderr = res.exit_code, res.stderr
         if outcome.status is Status.CRASHED:
             logger.warning("agent episode %s exited with %s: %s", eid, exit_code, stderr.strip()[-500:])
+        if s.transcripts:
+            write_transcript(s.transcripts, transcript(session, outcome.status.value, outcome.segment))
         want_logprobs = bool(sampling_params.get("logprobs"))
         if outcome.segment is not None:
             seg = truncate(outcome.segment, self.response_length)
@@ -144,6 +148,7 @@ class ExternalAgentLoop(AgentLoopBase):
         if not want_logprobs:
             logprobs = None
         score = session.score if outcome.use_agent_score else None
+        used = tool_use(session.history)
         extra: dict[str, Any] = {
             "agent_episode_id": eid,
             "agent_status": outcome.status.value,
@@ -154,6 +159,9 @@ class ExternalAgentLoop(AgentLoopBase):
             "agent_wall_s": wall,
             # oldest weight version that sampled the trained tokens; the trainer turns it into staleness (-1: unknown)
             "agent_policy_version": -1 if version is None else int(version),
+            # its well-formed tool calls, and whether a tool's result reached its final answer (`tool_use`)
+            "agent_tool_calls": used.calls,
+            "agent_tool_result_in_answer": int(used.result_in_answer),
         }
         if score is not None and score.get("step_metas") is not None:
             extra["step_metas"] = score["step_metas"]
@@ -161,7 +169,13 @@ class ExternalAgentLoop(AgentLoopBase):
         if s.score_source == "agent":  # every row carries the same reward keys (verl reads the first row's)
             ok = outcome.status is Status.OK
             reward = score["score"] if ok else 0.0
-            extra["reward_extra_info"] = {"score": reward, "acc": score["acc"] if ok else 0.0}
+            # the tool-use flags too: verl's validation reports them per data source (greedy, through the agent)
+            extra["reward_extra_info"] = {
+                "score": reward,
+                "acc": score["acc"] if ok else 0.0,
+                "tool_call": float(used.calls > 0),
+                "tool_result_in_answer": float(used.result_in_answer),
+            }
         return AgentLoopOutput(
             prompt_ids=list(prompt_ids),
             response_ids=list(response_ids),

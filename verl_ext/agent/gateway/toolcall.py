@@ -9,7 +9,9 @@ Decoding a reply (`ToolCallCodec.parse`), in this order:
    `reasoning_content`. Tool calls are looked for only in what follows it: text inside a reasoning block is never a
    call;
 3. when the request has `tools` and `tool_choice` is not `none`, verl's own `ToolParser` registry
-   (`verl.experimental.agent_loop.tool_parser`, `external_agent.tool_parser`, default `hermes`) extracts the calls.
+   (`verl.experimental.agent_loop.tool_parser`, `external_agent.tool_parser`, default `hermes`; the project's own
+   parsers, such as `line`, register there from `tool_parsers`) extracts the calls, given the request's tools as
+   verl's tool schemas (a parser that needs them, `line`, fills the arguments from them; `hermes` ignores them).
    Every call must name a tool of the request (the one `tool_choice` names, if any) and carry a JSON object as
    arguments. A malformed call (bad JSON, an unclosed call, an unknown tool) turns the whole reply into plain
    content (the text as sampled, markup included) and is counted; `required` / a named tool_choice with no valid
@@ -40,8 +42,12 @@ REASONING_PARSERS = ("none", "think")
 TOOL_CHOICES = ("auto", "none", "required")
 # Per tool parser: the text a reply starts with when a call is required, and when a named function is. Both are what
 # the parser reads and what a Qwen2.5-style template renders before a call's arguments (tests/agent/test_toolcall.py
-# renders one to check).
-FORCED_CALL_OPENINGS = {"hermes": ("<tool_call>\n", '<tool_call>\n{{"name": {name}, "arguments": ')}
+# renders one to check). Each ends where the template's own tokens of a call have a boundary, so that the prompt +
+# the opening, tokenized alone, is a token prefix of the rendered call: the named opening stops before the space in
+# `"arguments": {`, which a byte-level BPE (SmolLM2's, Qwen's) merges into one token ` {"` with what follows
+# (tests/pretrained/test_smollm2_tools.py); ending on a lone space would make the policy continue from a token
+# boundary it never sees in rendered calls.
+FORCED_CALL_OPENINGS = {"hermes": ("<tool_call>\n", '<tool_call>\n{{"name": {name}, "arguments":')}
 
 
 class ToolSpecError(ValueError):
@@ -181,6 +187,22 @@ def for_template(message: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the codec
+def verl_tool_schemas(tools: list[dict]) -> list | None:
+    """The request's tools (`check_tools`' form) as verl's `OpenAIFunctionToolSchema`s, what verl's parsers are
+    handed; None when one does not fit verl's schema (a parameter without a `type`, say): the parsers then get no
+    tools, as in verl's own loop without them. A missing description is verl's required field, given as ""."""
+    from pydantic import ValidationError
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    try:
+        return [
+            OpenAIFunctionToolSchema.model_validate({**t, "function": {"description": "", **t["function"]}})
+            for t in tools
+        ]
+    except ValidationError:
+        return None
+
+
 def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, str | None]:
     best = None
     for s in stop:
@@ -195,6 +217,8 @@ class ToolCallCodec:
 
     def __init__(self, tokenizer, tool_parser: str = "hermes", reasoning_parser: str = "none"):
         from verl.experimental.agent_loop.tool_parser import ToolParser
+
+        from verl_ext.agent.gateway import tool_parsers  # noqa: F401  registers the project's parsers (`line`)
 
         if reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"reasoning_parser must be one of {REASONING_PARSERS}, got {reasoning_parser!r}")
@@ -217,8 +241,11 @@ class ToolCallCodec:
             return required
         return named.format(name=json.dumps(tool_choice["function"]["name"], ensure_ascii=False))
 
-    def _call_blocks(self, text: str) -> int | None:
+    def _call_blocks(self, text: str, tools: list[dict]) -> int | None:
         """How many calls the text attempts (so calls the parser dropped can be counted), None if unknown."""
+        count = getattr(self.parser, "count_attempts", None)  # a parser of ours that knows (tool_parsers)
+        if count is not None:
+            return count(text, tools)
         regex = getattr(self.parser, "tool_call_regex", None)
         start = getattr(self.parser, "tool_call_start_token", None)
         if regex is not None and start is not None:
@@ -243,12 +270,12 @@ class ToolCallCodec:
         out = ParsedReply(content=rest, reasoning=reasoning, tool_calls=[], stopped_by=stopped_by)
         if not tools or tool_choice == "none":
             return out
-        attempted = self._call_blocks(rest)
+        attempted = self._call_blocks(rest, tools)
         calls: list = []
         content = rest
         if attempted != 0:
             ids = self.tokenizer.encode(rest, add_special_tokens=False)
-            content, calls = await self.parser.extract_tool_calls(ids, None)
+            content, calls = await self.parser.extract_tool_calls(ids, verl_tool_schemas(tools))
         names = {t["function"]["name"] for t in tools}
         if isinstance(tool_choice, dict):
             names = {tool_choice["function"]["name"]}
