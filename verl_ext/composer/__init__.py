@@ -15,6 +15,8 @@ sampled-token SDPO term, in verl_ext/advantage/grpo_composer.py):
                    scored pairs, the update batch, loss/grpo without the replay mini-batch
     rows           extra rows in verl's padded layout, padded to whole worker batches
     teacher_pool   parallel, cached, capped, fault-tolerant OpenAI-compatible teacher queries
+    teacher_servers  real LM teachers: one vLLM OpenAI server per model on CPU, started, awaited, stopped (not
+                   imported here: `python scripts/serve_teachers.py`)
     disagreement   teacher answers -> DPO pairs, JSONL writer/reader; a step's prompt groups and their step records
     hints          error sites (env step metadata, error_kind, acc), hint templates, teacher rows and their alignment
 

@@ -13,10 +13,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+BACKEND_YAML = Path(__file__).parents[1] / "config" / "backend" / "cpu.yaml"
+
 
 def backend_env() -> dict[str, str]:
     """The environment variables of the backend=cpu config group (kept in one place: the YAML)."""
-    cfg = OmegaConf.load(Path(__file__).parents[1] / "config" / "backend" / "cpu.yaml")
+    cfg = OmegaConf.load(BACKEND_YAML)
     return {k: str(v) for k, v in cfg.hydra.job.env_set.items()}
 
 
