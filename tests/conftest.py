@@ -125,6 +125,18 @@ def ray_cpu():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.fixture
+def served_teachers(monkeypatch):
+    """What `scripts/serve_teachers.py ... -- COMMAND` gives its command, without starting a server: two teachers in
+    the environment, read by `${served_teachers:}` (the Composer's real presets and campaign take theirs so)."""
+    from verl_ext.composer import teacher_env, teacher_servers
+
+    served = [("released", "http://127.0.0.1:8001/v1"), ("trained", "http://127.0.0.1:8002/v1")]
+    entries = teacher_servers.pool_entries(served, teacher_servers.ServeSettings())
+    monkeypatch.setenv(teacher_env.TEACHERS_ENV, teacher_env.encode(entries))
+    return entries
+
+
 def tiny_run_overrides(assets, out_dir: Path, steps: int) -> list[str]:
     """The overrides every end-to-end test shares: tiny model, tiny data, tiny batches."""
     return [

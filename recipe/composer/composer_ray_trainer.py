@@ -20,7 +20,8 @@ One training step (through ExtRayPPOTrainer's hooks: reward -> old/ref log-probs
      `loss/sdpo` is the masked mean of (logp_student - logp_teacher), the sampled-token estimate of
      KL(student || teacher).
 3. Trace replay (channel 3), only if beta_replay > 0: after the step's rewards, each prompt group goes to the
-   teacher pool (submit_many: a Future, never waited on); at a later step the answers that have arrived become DPO
+   teacher pool (submit_many: a Future, never waited on; the last step asks nothing and waits for the answers
+   still pending instead); at a later step the answers that have arrived become DPO
    pairs by the disagreement rule (answers compared after \\boxed{} extraction), appended to `pairs_path`, and up to
    `max_pairs_per_step` queued pairs are used: chosen/rejected responses are tokenized after their prompt, scored by
    the actor and the reference worker (`loss/replay_dpo` = dpo_loss before the update), and enter the update as
@@ -34,10 +35,13 @@ actor keeps verl's own loss function and the step is plain GRPO.
 Logged per step: loss/grpo (= actor/pg_loss averaged over the rollout mini-batches; actor/pg_loss itself includes
 the replay mini-batch's zero),
 loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
-sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), replay/pairs_used,
-replay/pairs_queued, replay/dpo_loss_update (the DPO loss the actor saw),
-replay/reward_margin..., teacher/calls, teacher/failures, teacher/cache_hits, teacher/tokens,
-teacher/pending_queries; timings timing_s/sdpo_teacher and timing_s/replay.
+sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), sdpo/sibling_site_frac (every arm:
+the share of failed responses whose group has a successful one), replay/pairs_used,
+replay/pairs_queued, replay/pairs_built (this step) and replay/pairs_built_total, replay/dpo_loss_update (the DPO
+loss the actor saw), replay/reward_margin..., teacher/calls, teacher/failures, teacher/cache_hits, teacher/tokens
+(the pool's counts since the trainer started), teacher/pending_queries, teacher/queries_answered and
+teacher/agreement (the share of pairs of answering teachers that agreed, over the run; disagreement.ReplayTally);
+timings timing_s/sdpo_teacher and timing_s/replay.
 
 Pending teacher queries are not checkpointed (queued pairs and the pairs file offset are): after a restart their
 answers come from the teacher cache only if the same (trace, step) is asked again.
@@ -64,12 +68,13 @@ from verl_ext.composer.disagreement import (
     DPOPair,
     PairReader,
     PairWriter,
+    ReplayTally,
     answer_key,
     extract_pairs,
     prompt_groups,
     step_records,
 )
-from verl_ext.composer.hints import error_sites_for_batch, plan_teacher_rows
+from verl_ext.composer.hints import error_sites_for_batch, plan_teacher_rows, sibling_site_share
 from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, update_batch
 from verl_ext.composer.rows import pad_rows, prompt_response_tokens
 from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
@@ -106,6 +111,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             )
         self._pending: list = []  # (Future, step, prompt groups) of teacher queries not yet turned into pairs
         self._pair_queue: deque[DPOPair] = deque()
+        self.tally = ReplayTally()
 
     @property
     def full_logit_sdpo(self) -> bool:
@@ -134,7 +140,11 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def extra_state_dict(self) -> dict:
         state = super().extra_state_dict()
         if self.pair_reader is not None:
-            state["replay"] = {"offset": self.pair_reader.offset, "queue": [asdict(p) for p in self._pair_queue]}
+            state["replay"] = {
+                "offset": self.pair_reader.offset,
+                "queue": [asdict(p) for p in self._pair_queue],
+                "tally": asdict(self.tally),
+            }
         return state
 
     def load_extra_state_dict(self, state: dict) -> None:
@@ -143,6 +153,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         if replay and self.pair_reader is not None:
             self.pair_reader.offset = int(replay["offset"])
             self._pair_queue = deque(DPOPair(**p) for p in replay["queue"])
+            self.tally = ReplayTally(**replay.get("tally", {}))  # absent in checkpoints written before it
 
     # ------------------------------------------------------------------ the step
     def new_step(self, metrics: dict, timing_raw: dict) -> ComposerStep:
@@ -171,6 +182,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         """Channel 1 with channel 2's term (the SDPO teacher pass first), then channel 3's teacher step: the replay
         rows need this step's reference log-probs and rollout correction, and the actor before its update."""
         step.channel.update({"loss/sdpo": 0.0, "sdpo/error_sites": 0.0, "sdpo/tokens": 0.0, "sdpo/teacher_tokens": 0.0})
+        share = sibling_site_share(batch.non_tensor_batch)  # in every arm: a property of the batch, not the channel
+        if share is not None:
+            step.channel["sdpo/sibling_site_frac"] = share
         sdpo = SdpoInputs(metrics={})
         if self.settings.sdpo_on:
             with marked_timer("sdpo_teacher", step.timing_raw, color="purple"):
@@ -287,14 +301,19 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _teacher_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:
         """The teacher answers that have arrived become DPO pairs, up to max_pairs_per_step queued pairs become this
         step's replay rows (None without pairs), and this step's groups go to the teacher pool, after the pairs of
-        earlier steps: never waited on here. Returns the rows and the channel's metrics."""
+        earlier steps: never waited on here. Except at the run's last step: no later step could use its queries'
+        answers, so it asks nothing (no teacher call is paid for nothing) and waits for the answers still pending,
+        which it can still use. Returns the rows and the channel's metrics."""
+        last = self.global_steps >= self.total_training_steps
         with marked_timer("replay", timing_raw, color="orange"):
-            self._collect_teacher_answers()
+            built = self._collect_teacher_answers(wait=last)
             block, replay_metrics = self._replay_rows(batch)
-            self._submit_teacher_queries(batch)
+            if not last:
+                self._submit_teacher_queries(batch)
         stats = self.pool.stats()
         return block, {
             **replay_metrics,
+            **self.tally.metrics(built),
             "teacher/calls": float(stats["calls"]),
             "teacher/failures": float(sum(stats["failures"].values())),
             "teacher/cache_hits": float(stats["cache_hits"]),
@@ -311,17 +330,25 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         requests = [TeacherRequest(g.trace_id, self.global_steps, g.messages) for g in groups]
         self._pending.append((self.pool.submit_many(requests), self.global_steps, groups))
 
-    def _collect_teacher_answers(self) -> None:
-        """Turn the teacher answers that have arrived into DPO pairs (one per distinct wrong student answer)."""
-        still = []
+    def _collect_teacher_answers(self, wait: bool = False) -> int:
+        """Turn the teacher answers that have arrived (`wait`: all pending ones, waiting for them; the pool bounds
+        each query's time) into DPO pairs (one per distinct wrong student answer), counting the teachers' agreement
+        on each query (self.tally); returns the pairs built."""
+        still, built = [], 0
         for future, step, groups in self._pending:
-            if not future.done():
+            if not (wait or future.done()):
                 still.append((future, step, groups))
                 continue
-            records = [r for g, answers in zip(groups, future.result()) for r in step_records(g, step, answers)]
-            self.pair_writer.write(extract_pairs(records, self.disagreement))
+            results = future.result()
+            for answers in results:
+                texts = {name: (a.text if a is not None else None) for name, a in answers.items()}
+                self.tally.add_query(texts, self.disagreement.normalize)
+            records = [r for g, answers in zip(groups, results) for r in step_records(g, step, answers)]
+            built += self.pair_writer.write(extract_pairs(records, self.disagreement))
+        self.tally.pairs_built += built
         self._pending = still
         self._pair_queue.extend(self.pair_reader.read_new())
+        return built
 
     def _replay_rows(self, batch: DataProto) -> tuple[DataProto | None, dict]:
         """Up to max_pairs_per_step queued pairs as one extra actor mini-batch with DPO columns, and their metrics

@@ -3,6 +3,7 @@ resumes (a real subprocess per run; the entry point is a small module that write
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -53,13 +54,16 @@ def test_select_checks_and_filters_the_runs_for_both_subcommands(tmp_path):
 def test_run_is_the_default_subcommand(tmp_path, capsys):
     from verl_ext.campaign.cli import main
 
-    (tmp_path / "spec.yaml").write_text("name: demo\nentry: fake_entry\nconditions: {a: [x=1]}\nseeds: [0, 1]\n")
+    spec = "name: demo\nentry: fake_entry\nconditions: {a: [x=1, 'y=${r:}']}\nseeds: [0, 1]\n"
+    (tmp_path / "spec.yaml").write_text(spec)
     args = [str(tmp_path / "spec.yaml"), "--dry-run", "--preflight", "none", "--out-root", str(tmp_path / "out")]
     assert main(["run", *args]) == 0
     explicit = capsys.readouterr().out
     assert main(args) == 0
     assert capsys.readouterr().out == explicit
-    assert [line.split(" -m ")[1].split()[:2] for line in explicit.splitlines()] == [["fake_entry", "x=1"]] * 2
+    # each command as a shell reads it back: a resolver's ${...} quoted
+    commands = [shlex.split(line) for line in explicit.splitlines()]
+    assert [c[c.index("-m") + 1 : c.index("-m") + 4] for c in commands] == [["fake_entry", "x=1", "y=${r:}"]] * 2
 
 
 @pytest.mark.parametrize(
@@ -82,7 +86,7 @@ def test_bad_specs_are_clear_errors(raw, match):
 
 
 @pytest.mark.parametrize("spec_file", sorted((ROOT / "configs" / "campaign").glob("*.yaml")), ids=lambda p: p.stem)
-def test_shipped_specs_pass_their_recipes_config_checks(spec_file, tmp_path):
+def test_shipped_specs_pass_their_recipes_config_checks(spec_file, tmp_path, served_teachers):
     from verl_ext.config.compose import compose_config
     from verl_ext.trainer.launch import register_lazy_resolvers
 

@@ -1,12 +1,16 @@
-"""A real OpenAI-compatible chat server on 127.0.0.1 with scripted answers and injected faults."""
+"""A real OpenAI-compatible chat server on 127.0.0.1 with scripted answers and injected faults; the process and
+port checks of the tests that start real teacher servers."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +114,42 @@ def chat_server():
     server = ScriptedChatServer()
     yield server
     server.close()
+
+
+# -- processes and ports of real teacher servers ---------------------------------------------------------------------
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def alive(pids) -> list[int]:
+    """The pids that are still running (zombies are not)."""
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            running.append(pid)
+    return running

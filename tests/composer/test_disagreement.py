@@ -138,3 +138,30 @@ def test_prompt_groups_and_step_records():
         assert r.prompt == {"messages": groups[0].messages, "ids": [3]}
     pairs = extract_pairs(records, DisagreementConfig(rule="majority", min_agree=2, normalize=answer_key))
     assert [(p.chosen, p.rejected) for p in pairs] == [("\\boxed{2}", "\\boxed{1}")]
+
+
+def test_agreement_counts_pairs_of_answering_teachers():
+    from verl_ext.composer.disagreement import agreement_counts
+
+    assert agreement_counts({"a": "x \\boxed{4}", "b": "\\boxed{ 4 }"}, answer_key) == (1, 1)
+    assert agreement_counts({"a": "\\boxed{4}", "b": "\\boxed{5}"}, answer_key) == (0, 1)
+    assert agreement_counts({"a": "\\boxed{4}", "b": None}, answer_key) == (0, 0)  # a failed teacher: no pair
+    assert agreement_counts({"a": "4", "b": "4", "c": "5"}, answer_key) == (1, 3)
+
+
+def test_replay_tally_metrics_over_a_run():
+    from verl_ext.composer.disagreement import ReplayTally
+
+    tally = ReplayTally()
+    assert tally.metrics(0) == {
+        "replay/pairs_built": 0.0,
+        "replay/pairs_built_total": 0.0,
+        "teacher/queries_answered": 0.0,
+    }  # no agreement before two teachers answered one query
+    tally.add_query({"a": "\\boxed{4}", "b": "\\boxed{4}"}, answer_key)
+    tally.add_query({"a": "\\boxed{4}", "b": "\\boxed{5}"}, answer_key)
+    tally.add_query({"a": "\\boxed{4}", "b": None}, answer_key)
+    tally.pairs_built += 3
+    m = tally.metrics(2)
+    assert m["teacher/agreement"] == 0.5 and m["teacher/queries_answered"] == 3.0
+    assert m["replay/pairs_built"] == 2.0 and m["replay/pairs_built_total"] == 3.0

@@ -246,3 +246,17 @@ def test_plan_teacher_rows_multi_turn_hint_before_the_targeted_turn(tiny):
     expected[0, start : start + len(seg2)] = torch.arange(1.0, len(seg2) + 1)
     assert torch.equal(into, expected)
     assert turn_span(mask[1], 1) is None and turn_span(mask[0], 0)[0] == 0
+
+
+def test_sibling_site_share_counts_failed_responses_whose_group_succeeded():
+    import numpy as np
+
+    from verl_ext.composer.hints import sibling_site_share
+
+    uid = np.array(["a", "a", "a", "b", "b", "c"], dtype=object)
+    acc = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    # four failed responses: two in group a (which has a success), two in group b (none); c has no failure
+    assert sibling_site_share({"uid": uid, "acc": acc}) == 0.5
+    assert sibling_site_share({"uid": uid, "acc": np.ones(6)}) is None  # no error site
+    assert sibling_site_share({"uid": uid[:2], "acc": acc[:2], "step_metas": np.array([[], []], dtype=object)}) is None
+    assert sibling_site_share({"uid": uid}) is None  # no acc column: sites come from elsewhere or nowhere

@@ -1,10 +1,10 @@
 """The teacher launcher (verl_ext/composer/teacher_servers.py): its pure pieces and its process handling, fast, on
-real files, sockets and processes; and one end-to-end run of a real vLLM server with the released SmolLM2, queried
-through the Composer's TeacherPool, then killed (`e2e`: 2-4 minutes on 2 cores)."""
+real files, sockets and processes. Its run with a real vLLM server (the released SmolLM2 queried through the
+Composer's TeacherPool, then the launcher killed) is part of the Composer's real-model end-to-end run,
+tests/recipe/composer/test_e2e_composer_real.py, which shares that server's start-up."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -18,8 +18,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from tests.composer.conftest import alive, descendants
 from verl_ext.composer import teacher_servers as ts
-from verl_ext.composer.teacher_pool import TeacherConfig, TeacherPool, TeacherPoolConfig, TeacherRequest
+from verl_ext.composer.teacher_pool import TeacherConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,122 +256,12 @@ def test_sigint_stops_a_starting_server_even_when_the_shell_ignores_it(tmp_path)
             line = launcher.stderr.readline()
             assert line, f"the launcher ended early: {lines}"
             lines.append(line)
-        server = _descendants(launcher.pid)
+        server = descendants(launcher.pid)
         assert server
         launcher.send_signal(signal.SIGINT)
         assert launcher.wait(timeout=60) == 130
-        assert _alive(server) == []
+        assert alive(server) == []
         assert "[teachers] stopped" in launcher.stderr.read()
     finally:
         launcher.kill()
         launcher.wait()
-
-
-# -- end to end: a real vLLM server --------------------------------------------------------------------------------
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.add(c)
-            todo.append(c)
-    return found
-
-
-def _alive(pids) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
-
-
-def _pool(teachers, cache_path, **changes) -> TeacherPool:
-    from recipe.composer.config_check import COMPOSER_YAML
-
-    recipe = OmegaConf.to_container(OmegaConf.load(COMPOSER_YAML).composer.replay.teacher_pool)
-    settings = {k: v for k, v in recipe.items() if k not in ("teachers", "cache_path")}
-    return TeacherPool(TeacherPoolConfig(teachers=teachers, cache_path=cache_path, **{**settings, **changes}))
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(1500)
-def test_real_vllm_teacher_through_the_pool_and_nothing_left_after_the_launcher_is_killed(tmp_path, released_dir):
-    """The launcher starts vLLM's server on the released SmolLM2; the Composer's TeacherPool, unchanged, gets real
-    answers, pays nothing twice (its cache), stops at its spend cap, retries real timeouts and does not retry a
-    real 404; then the launcher is killed with SIGKILL (the hardest case: no clean-up of its own runs) and no
-    process of its group and no listening port is left."""
-    block_file = tmp_path / "teachers.yaml"
-    cmd = [sys.executable, str(ROOT / "scripts/serve_teachers.py"), "--model", "released"]
-    cmd += ["--log-dir", str(tmp_path / "logs"), "--write", str(block_file)]
-    start = time.monotonic()
-    launcher = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE)
-    try:
-        while not block_file.exists():
-            assert launcher.poll() is None, f"the launcher exited with {launcher.returncode}"
-            assert time.monotonic() - start < 1200, "no teacher ready after 20 minutes"
-            time.sleep(1)
-        print(f"teacher ready after {time.monotonic() - start:.0f} s")
-        entries = yaml.safe_load(block_file.read_text())["composer"]["replay"]["teacher_pool"]["teachers"]
-        assert [e["name"] for e in entries] == ["released"]
-        teacher = TeacherConfig(**entries[0])
-        port = int(teacher.base_url.rsplit(":", 1)[1].split("/")[0])
-        question = [{"role": "user", "content": "What is 2 + 3? Give the final answer in \\boxed{}."}]
-        requests = [TeacherRequest("t", step, question) for step in range(2)]
-        cache = tmp_path / "cache.jsonl"
-
-        with _pool([teacher], str(cache)) as pool:
-            answers = pool.query_many(requests)
-            stats = pool.stats()
-        assert all(a["released"] is not None and a["released"].text for a in answers)
-        assert stats["calls"] == stats["successes"] == 2 and stats["failures"] == {}
-        assert stats["missing_usage"] == 0 and stats["tokens"] == sum(a["released"].tokens for a in answers) > 0
-        assert len(cache.read_text().splitlines()) == 2
-
-        with _pool([teacher], str(cache), max_calls=1) as pool:  # the cache answers both: no call, cap untouched
-            again = pool.query_many(requests)
-            assert [a["released"].text for a in again] == [a["released"].text for a in answers]
-            assert all(a["released"].cached for a in again) and pool.stats()["calls"] == 0
-            fresh = [TeacherRequest("u", step, question) for step in range(3)]
-            capped = pool.query_many(fresh)  # one call allowed: one answer, then the cap stops the rest
-            stats = pool.stats()
-        assert sum(a["released"] is not None for a in capped) == 1
-        assert stats["calls"] == 1 and stats["budget_exhausted"] and stats["failures"] == {"budget": 2}
-
-        too_fast = TeacherConfig(**{**entries[0], "timeout_s": 0.001})
-        unknown = TeacherConfig(**{**entries[0], "name": "unknown", "model": "no-such-model"})
-        with _pool([too_fast, unknown], None, max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05) as pool:
-            got = pool.query(TeacherRequest("v", 0, question))
-            stats = pool.stats()
-        assert got == {"released": None, "unknown": None}
-        assert stats["attempt_errors"] == {"timeout": 3, "http_4xx": 1} and stats["retries"] == 2
-        assert stats["failures"] == {"timeout": 1, "http_4xx": 1}
-
-        processes = _descendants(launcher.pid)
-        assert len(processes) >= 2 and not _port_free(port)  # the server and its engine, listening
-    finally:
-        launcher.kill()
-        launcher.wait()
-    deadline = time.monotonic() + 60
-    while (_alive(processes) or not _port_free(port)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _alive(processes) == [] and _port_free(port)
-    print(json.dumps({"wall_s": round(time.monotonic() - start, 1)}))

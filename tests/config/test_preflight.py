@@ -344,13 +344,26 @@ def _files_here(cfg) -> str:
     return "full" if all(Path(os.path.expanduser(p)).exists() for p in paths) else "config"
 
 
+SERVED_TEACHERS = "composer.replay.teacher_pool.teachers=${served_teachers:}"
+
+
+def _composer_runs() -> list[tuple[str, list[str]]]:
+    """Every Composer preset with every arm; the arms with replay on a preset without teachers of its own (the real
+    ones: theirs are served, with ports chosen at start) take the served teachers."""
+    runs = []
+    for preset in _presets("composer"):
+        for arm in ("baseline", "sdpo", "replay", "full"):
+            served = arm in ("replay", "full") and preset != "cpu_demo"
+            runs.append(("composer", [f"+preset={preset}", f"+arm={arm}", *([SERVED_TEACHERS] if served else [])]))
+    return runs
+
+
 @pytest.mark.parametrize(
     "recipe, overrides",
-    [("fast_dapo", [f"+preset={p}"]) for p in _presets("fast_dapo")]
-    + [("composer", ["+preset=cpu_demo", f"+arm={a}"]) for a in ("baseline", "sdpo", "replay", "full")],
-    ids=lambda x: x if isinstance(x, str) else "-".join(x),
+    [("fast_dapo", [f"+preset={p}"]) for p in _presets("fast_dapo")] + _composer_runs(),
+    ids=lambda x: x if isinstance(x, str) else "-".join(x[:2]),
 )
-def test_good_presets_pass_unchanged(recipe, overrides):
+def test_good_presets_pass_unchanged(recipe, overrides, served_teachers):
     cfg = compose_config(recipe, overrides, config_module=f"recipe.{recipe}.config")
     files = _files_here(cfg)
     if any(name in overrides[0] for name in ("cpu_demo", "tiny", "real")):
@@ -360,7 +373,7 @@ def test_good_presets_pass_unchanged(recipe, overrides):
 
 
 @pytest.mark.parametrize("spec_file", sorted((ROOT / "configs" / "campaign").glob("*.yaml")), ids=lambda p: p.stem)
-def test_shipped_campaign_conditions_pass(spec_file, tmp_path):
+def test_shipped_campaign_conditions_pass(spec_file, tmp_path, served_teachers):
     from verl_ext.campaign import CampaignSpec
     from verl_ext.campaign.check import check_campaign
 

@@ -5,6 +5,7 @@ job per run, is `submit.py`; the command line for both is `cli.py` (`scripts/cam
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -27,8 +28,8 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
     if not dry_run:
         print(f"[campaign] {spec.name}: {len(plans)} runs, {len(plans) - len(todo)} done before, {len(todo)} to run")
     for i, run in enumerate(todo, start=1):
-        if dry_run:
-            print(" ".join(driver_command(spec.entry, run.overrides)))
+        if dry_run:  # quoted for a shell: an override may hold ${...} (a resolver) or spaces
+            print(shlex.join(driver_command(spec.entry, run.overrides)))
             continue
         print(f"[campaign] {i}/{len(todo)} {run.label}: started", flush=True)
         start = time.monotonic()

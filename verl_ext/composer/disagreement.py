@@ -174,6 +174,46 @@ def step_records(group: PromptGroup, step: int, answers: Mapping[str, Any]) -> l
     return records
 
 
+def agreement_counts(answers: Mapping[str, str | None], normalize: Callable[[str], str]) -> tuple[int, int]:
+    """(pairs of teachers giving the same answer, pairs of teachers that both answered) for one query; a failed
+    teacher (None) is left out. With two teachers: (1, 1) if they agree, (0, 1) if not, (0, 0) if one failed."""
+    keys = [normalize(a) for a in answers.values() if a is not None]
+    pairs = len(keys) * (len(keys) - 1) // 2
+    same = sum(n * (n - 1) // 2 for n in Counter(keys).values())
+    return same, pairs
+
+
+@dataclass
+class ReplayTally:
+    """The replay channel's running counts over a run, for its metrics: how many queries the teachers answered, how
+    often they agreed (why: pairs need `min_agree` agreeing teachers, so agreement bounds the pairs a step can get,
+    and with weak teachers it says how much of the channel's signal is the teachers' shared error) and the pairs
+    built. Checkpointed with the trainer's replay state, so a resumed run keeps counting."""
+
+    queries: int = 0  # prompt groups whose teacher answers arrived
+    teacher_pairs: int = 0  # pairs of teachers that both answered one of them
+    agreeing_pairs: int = 0  # ... and gave the same answer (by the rule's normalisation)
+    pairs_built: int = 0  # DPO pairs written
+
+    def add_query(self, answers: Mapping[str, str | None], normalize: Callable[[str], str]) -> None:
+        same, pairs = agreement_counts(answers, normalize)
+        self.queries += 1
+        self.agreeing_pairs += same
+        self.teacher_pairs += pairs
+
+    def metrics(self, built_now: int) -> dict[str, float]:
+        """replay/pairs_built (this step), replay/pairs_built_total, teacher/queries_answered and teacher/agreement
+        (the share of agreeing teacher pairs; absent until two teachers answered one query), both over the run."""
+        out = {
+            "replay/pairs_built": float(built_now),
+            "replay/pairs_built_total": float(self.pairs_built),
+            "teacher/queries_answered": float(self.queries),
+        }
+        if self.teacher_pairs:
+            out["teacher/agreement"] = self.agreeing_pairs / self.teacher_pairs
+        return out
+
+
 class PairWriter:
     """Appends pairs to a JSONL file, one line each, flushed per write (a crash loses at most the line in progress)."""
 

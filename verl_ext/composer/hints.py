@@ -95,6 +95,19 @@ def math_error_sites(
     return sites
 
 
+def sibling_site_share(columns: dict[str, Any]) -> float | None:
+    """The share of a single-turn batch's error sites (acc == 0) whose group (uid) has a successful response, from
+    its `acc` and `uid` columns, whatever `sibling_solution` says: how often a sibling's solution could be the hint
+    instead of the reference answer. None where it is undefined: no error site, or sites from `step_metas` /
+    `error_kind` (error_sites_for_batch's other sources)."""
+    if "acc" not in columns or "step_metas" in columns or "error_kind" in columns:
+        return None
+    accs, uids = [float(a) for a in columns["acc"]], list(columns["uid"])
+    succeeded = {uid for acc, uid in zip(accs, uids) if acc > 0}
+    failed = [uid for acc, uid in zip(accs, uids) if not acc > 0]
+    return sum(uid in succeeded for uid in failed) / len(failed) if failed else None
+
+
 def render_hint(site: ErrorSite, templates: dict[str, str] = DEFAULT_HINT_TEMPLATES) -> str:
     """The hint text for an error site; a clear error for an unknown template key or a missing field."""
     if site.template_key not in templates:

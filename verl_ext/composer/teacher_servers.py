@@ -25,7 +25,9 @@ OpenMP threads on a core training also uses).
 
 `released` is SmolLM2-135M-Instruct as released (verl_ext/pretrained/smollm2.py); any other value is a Hugging Face
 model directory, optionally named `NAME=DIR`. A training checkpoint is exported to one first
-(`python -m verl_ext.pretrained.export`).
+(`python -m verl_ext.pretrained.export`). With `-- COMMAND ...` the launcher runs the command once the teachers
+answer, with their list in its environment (teacher_env.py: `${served_teachers:}` in a config reads it), stops them
+when it ends and exits with its code.
 """
 
 from __future__ import annotations
@@ -377,6 +379,9 @@ class TeacherServer:
             while time.monotonic() < deadline:
                 self.proc.poll()  # reap our child, so it does not linger in the group as a zombie
                 if not group_pids(pgid):
+                    # the leader may have died after the poll above: a zombie, which group_pids leaves out; reap it
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.proc.wait(timeout=5.0)
                     return
                 time.sleep(0.2)
 
@@ -528,8 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ServeSettings()
     p = argparse.ArgumentParser(
         prog="serve_teachers.py",
+        usage="%(prog)s --model [NAME=]DIR|released [--model ...] [options] [-- COMMAND ...]",
         description="Start real LM teachers (vLLM OpenAI servers on CPU) for the Composer, print the teacher pool "
-        "block, and stop them on exit (Ctrl-C, SIGTERM, or this process dying).",
+        "block, and stop them on exit (Ctrl-C, SIGTERM, or this process dying). With -- COMMAND ...: run the "
+        "command once they answer, with the teachers in its environment (VERL_EXT_TEACHERS, read by "
+        "${served_teachers:} in a config: verl_ext/composer/teacher_env.py), stop them when it ends and exit with "
+        "its code.",
     )
     p.add_argument(
         "--model",
@@ -556,9 +565,22 @@ def _stop_on(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the launcher's arguments, the command after the first `--`; [] without one)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1 :]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, command = split_command(argv)
+    args = parser.parse_args(own)
+    if "--" in argv and not command:
+        parser.error("-- must be followed by a command")
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(ServeSettings) if f.name != "host"}
     try:  # every argument is checked before any server starts
         settings = ServeSettings(**values)
@@ -580,11 +602,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.write).parent.mkdir(parents=True, exist_ok=True)
             Path(args.write).write_text(block)
         print(block, end="", flush=True)
+        if command:
+            return _serve_command(servers, command)
         servers.say(f"{len(specs)} teacher(s) serving; Ctrl-C or SIGTERM stops them")
         while not servers.dead():
             time.sleep(1.0)
-        for s in servers.dead():
-            servers.say(f"{s.spec.name}: the server exited with code {s.exited()}; the end of its log:\n{s.log_tail()}")
+        _say_dead(servers)
         return 1
     except TeacherServerError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -597,6 +620,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         servers.say("stopping")
         servers.stop()
         servers.say("stopped")
+
+
+def _serve_command(servers: TeacherServers, command: list[str]) -> int:
+    """Run the command with the teachers in its environment until it ends (its exit code), or until a teacher dies
+    (1: the command is stopped rather than left to train against a dead endpoint)."""
+    from verl_ext.composer import teacher_env
+
+    servers.say(f"running {' '.join(command)} with {teacher_env.TEACHERS_ENV} set")
+    proc = teacher_env.start_command(command, servers.pool_teachers(), preexec=_die_with_launcher(os.getpid()))
+    try:
+        while proc.poll() is None and not servers.dead():
+            time.sleep(1.0)
+        if proc.poll() is None:
+            _say_dead(servers)
+            servers.say("stopping the command: its teachers are gone")
+            teacher_env.end_command(proc)
+            return 1
+        servers.say(f"the command exited with code {proc.returncode}")
+        return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode  # killed by a signal: 128 + N
+    finally:
+        teacher_env.end_command(proc)
+
+
+def _say_dead(servers: TeacherServers) -> None:
+    for s in servers.dead():
+        servers.say(f"{s.spec.name}: the server exited with code {s.exited()}; the end of its log:\n{s.log_tail()}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,15 @@ def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | 
     return str(root if what == "root" else root / f"{what}.parquet")
 
 
+def _served_teachers():
+    """`${served_teachers:}`: the Composer's teachers that `scripts/serve_teachers.py ... -- COMMAND` started for this
+    command (verl_ext/composer/teacher_env.py), for `composer.replay.teacher_pool.teachers` (a ListConfig: a
+    resolver may not return a plain list)."""
+    from verl_ext.composer.teacher_env import served_teachers
+
+    return OmegaConf.create(served_teachers())
+
+
 def _python() -> str:
     """`${python:}`: this interpreter, for a command a preset runs with the project's environment (an agent's
     `external_agent.command`), whatever `python` is on PATH."""
@@ -61,8 +70,16 @@ def _python() -> str:
 def register_lazy_resolvers() -> None:
     """`${tiny_assets:model|train|val|root|baseline}` for the toy presets,
     `${smollm2:model|tool_template|line_tool_template}` and `${mathgen:train|val|root|baseline[,mix[,val_size]]}`
-    for the real-model presets, `${python:}` for a preset's commands; each package loads on first use only."""
-    for name, fn in (("tiny_assets", _tiny_assets), ("smollm2", _smollm2), ("mathgen", _mathgen), ("python", _python)):
+    for the real-model presets, `${python:}` for a preset's commands, `${served_teachers:}` for the Composer's
+    teachers started by the teacher launcher; each package loads on first use only."""
+    resolvers = (
+        ("tiny_assets", _tiny_assets),
+        ("smollm2", _smollm2),
+        ("mathgen", _mathgen),
+        ("python", _python),
+        ("served_teachers", _served_teachers),
+    )
+    for name, fn in resolvers:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 

@@ -1,0 +1,183 @@
+"""The Composer on a real model against a real teacher, end to end on the test backend, in one vLLM teacher start-up:
+
+1. The teacher launcher (`scripts/serve_teachers.py --model released -- COMMAND`, as a campaign runs under it)
+   starts vLLM's OpenAI server on SmolLM2-135M-Instruct as released and, once it answers, runs the command with the
+   teachers in its environment (`${served_teachers:}`'s variable), the same list it writes with --write.
+2. The launcher's real-server checks, through the Composer's TeacherPool unchanged: real answers, the cache answers a
+   restart without a call, the call cap stops the requests beyond it, real timeouts are retried, a 404 for an
+   unknown model is not.
+3. The full arm (GRPO + full-logit SDPO + trace replay) trains 2 steps of the real preset (preset/real.yaml: the same
+   model as student, the arithmetic task) against two teachers on that one server (the released model under two
+   pool names, so `min_agree: 2` can pair): step 1's prompts go to the teachers, the last step waits for their
+   answers, builds pairs from them and trains on them.
+4. The launcher is killed with SIGKILL (the hardest case: no clean-up of its own runs): its server, its engine and
+   the command it ran are gone, and the port is free.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from tests.composer.conftest import alive, descendants, port_free
+from tests.conftest import e2e_config, run_task_runner
+from verl_ext.composer import teacher_env
+from verl_ext.composer import teacher_servers as ts
+from verl_ext.composer.teacher_pool import TeacherConfig, TeacherPool, TeacherPoolConfig, TeacherRequest
+from verl_ext.metrics_log import read_jsonl
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[3]
+STEPS, PROMPTS = 2, 2  # the preset's 8 responses a prompt: 16 rows, its log-prob micro-batch
+
+
+def _pool(teachers, cache_path, **changes) -> TeacherPool:
+    """A pool at the recipe's settings (composer.yaml), with `changes`."""
+    from recipe.composer.config_check import COMPOSER_YAML
+
+    recipe = OmegaConf.to_container(OmegaConf.load(COMPOSER_YAML).composer.replay.teacher_pool)
+    settings = {k: v for k, v in recipe.items() if k not in ("teachers", "cache_path")}
+    return TeacherPool(TeacherPoolConfig(teachers=teachers, cache_path=cache_path, **{**settings, **changes}))
+
+
+def _start_launcher(tmp_path: Path) -> tuple[subprocess.Popen, list[dict], Path]:
+    """The launcher running a command that writes the teachers it was given and waits; the teachers, once there."""
+    seen, block = tmp_path / "command_env.json", tmp_path / "teachers.yaml"
+    var = teacher_env.TEACHERS_ENV
+    hold = f"import os, time; open({str(seen)!r}, 'w').write(os.environ[{var!r}]); time.sleep(3600)"
+    cmd = [sys.executable, str(ROOT / "scripts/serve_teachers.py"), "--model", "released", "--max-tokens", "64"]
+    cmd += ["--log-dir", str(tmp_path / "logs"), "--write", str(block), "--", sys.executable, "-c", hold]
+    with open(tmp_path / "launcher.log", "wb") as log:
+        launcher = subprocess.Popen(
+            cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT
+        )
+    start = time.monotonic()
+    while not (seen.exists() and seen.read_text()):
+        assert launcher.poll() is None, (tmp_path / "launcher.log").read_text()[-3000:]
+        assert time.monotonic() - start < 1200, "no teacher ready after 20 minutes"
+        time.sleep(1)
+    print(f"teacher ready after {time.monotonic() - start:.0f} s")
+    entries = teacher_env.served_teachers({teacher_env.TEACHERS_ENV: seen.read_text()})
+    # the command got what the launcher printed and wrote
+    assert entries == yaml.safe_load(block.read_text())["composer"]["replay"]["teacher_pool"]["teachers"]
+    return launcher, entries, block
+
+
+def _check_the_pool_against_the_real_server(teacher: TeacherConfig, tmp_path: Path) -> None:
+    question = [{"role": "user", "content": "What is 2 + 3? Give the final answer in \\boxed{}."}]
+    requests = [TeacherRequest("t", step, question) for step in range(2)]
+    cache = tmp_path / "cache.jsonl"
+
+    with _pool([teacher], str(cache)) as pool:
+        answers = pool.query_many(requests)
+        stats = pool.stats()
+    assert all(a["released"] is not None and a["released"].text for a in answers)
+    assert stats["calls"] == stats["successes"] == 2 and stats["failures"] == {}
+    assert stats["missing_usage"] == 0 and stats["tokens"] == sum(a["released"].tokens for a in answers) > 0
+    assert len(cache.read_text().splitlines()) == 2
+
+    with _pool([teacher], str(cache), max_calls=1) as pool:  # the cache answers both: no call, cap untouched
+        again = pool.query_many(requests)
+        assert [a["released"].text for a in again] == [a["released"].text for a in answers]
+        assert all(a["released"].cached for a in again) and pool.stats()["calls"] == 0
+        fresh = [TeacherRequest("u", step, question) for step in range(3)]
+        capped = pool.query_many(fresh)  # one call allowed: one answer, then the cap stops the rest
+        stats = pool.stats()
+    assert sum(a["released"] is not None for a in capped) == 1
+    assert stats["calls"] == 1 and stats["budget_exhausted"] and stats["failures"] == {"budget": 2}
+
+    too_fast = TeacherConfig(**{**vars(teacher), "timeout_s": 0.001})
+    unknown = TeacherConfig(**{**vars(teacher), "name": "unknown", "model": "no-such-model"})
+    with _pool([too_fast, unknown], None, max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05) as pool:
+        got = pool.query(TeacherRequest("v", 0, question))
+        stats = pool.stats()
+    assert got == {"released": None, "unknown": None}
+    assert stats["attempt_errors"] == {"timeout": 3, "http_4xx": 1} and stats["retries"] == 2
+    assert stats["failures"] == {"timeout": 1, "http_4xx": 1}
+
+
+def _train_full_arm(teachers: list[dict], out: Path) -> list[dict]:
+    cfg = e2e_config(
+        "composer",
+        [
+            "+preset=real",
+            "+arm=full",
+            ts.render_override(teachers).strip("'"),  # the launcher's override line, as the shell passes it
+            f"data.train_batch_size={PROMPTS}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+            "composer.replay.max_pairs_per_step=4",
+            f"trainer.total_training_steps={STEPS}",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.logger=[console]",
+            f"trainer.default_local_dir={out}",
+        ],
+        config_module="recipe.composer.config",
+    )
+    from recipe.composer.main import check  # importing the driver registers its presets' resolvers
+    from verl_ext.trainer.task_runner import ExtTaskRunner
+
+    check(cfg)  # as the driver does before Ray: the pre-flight, resolving the config and filling composer.yaml's keys
+    run_task_runner(ExtTaskRunner, cfg, timeout=1200)
+    return read_jsonl(out / "metrics.jsonl")
+
+
+def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
+    start = time.monotonic()
+    launcher, entries, _ = _start_launcher(tmp_path)
+    try:
+        assert [e["name"] for e in entries] == ["released"] and entries[0]["max_tokens"] == 64
+        port = int(entries[0]["base_url"].rsplit(":", 1)[1].split("/")[0])
+        processes = descendants(launcher.pid)  # the server, its engine and the command
+        assert len(processes) >= 3 and not port_free(port)
+        _check_the_pool_against_the_real_server(TeacherConfig(**entries[0]), tmp_path)
+        teachers = [entries[0], {**entries[0], "name": "released_b"}]  # one server, two pool names
+        rows = _train_full_arm(teachers, tmp_path / "run")
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 60
+    while (alive(processes) or not port_free(port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive(processes) == [] and port_free(port), "a process or the port outlived the killed launcher"
+
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    first, last = rows[0], rows[-1]
+    for r in rows:
+        for key in ("loss/grpo", "loss/sdpo", "loss/total", "actor/pg_loss", "sdpo/sibling_site_frac"):
+            assert math.isfinite(r[key]), (r["step"], key, r.get(key))
+        # the released model fails most questions: error sites every step, and the hint moves its distribution
+        assert r["sdpo/error_sites"] > 0 and r["loss/sdpo"] > 0, r
+        assert r["teacher/failures"] == 0
+    # step 1 asks the teachers (2 prompts x 2 teachers); the last step asks nothing and waits for those answers
+    assert first["replay/pairs_used"] == 0 and first["teacher/pending_queries"] == 1
+    assert last["teacher/calls"] == PROMPTS * 2 and last["teacher/tokens"] > 0 and last["teacher/pending_queries"] == 0
+    assert last["teacher/queries_answered"] == PROMPTS
+    # one model at temperature 0 under two names: the same answers, but for numerical noise between the batches the
+    # server happened to run them in
+    assert last["teacher/agreement"] > 0
+    assert last["replay/pairs_built"] == last["replay/pairs_built_total"] > 0
+    assert 0 < last["replay/pairs_used"] <= 4 and math.isfinite(last["loss/replay_dpo"]) and last["loss/replay_dpo"] > 0
+    assert last["replay/dpo_loss_update"] == pytest.approx(last["loss/replay_dpo"], rel=0.05)
+
+    # the pairs: built from the real teachers' answers, as the run's teacher cache holds them
+    pairs = [json.loads(line) for line in (tmp_path / "run" / "replay_pairs.jsonl").read_text().splitlines()]
+    cached = [json.loads(line) for line in (tmp_path / "run" / "teacher_cache.jsonl").read_text().splitlines()]
+    served = {(c["trace_id"], c["teacher"]): c["text"] for c in cached}
+    assert len(pairs) == last["replay/pairs_built"] and len(cached) == PROMPTS * 2
+    for p in pairs:
+        assert p["step"] == 1 and p["rule"] == "majority>=2" and p["teachers"] == ["released", "released_b"]
+        assert p["answers"] == {name: served[(p["trace_id"], name)] for name in ("released", "released_b")}
+        assert p["chosen"] == p["answers"]["released"] and p["chosen"] != p["rejected"]
+    print(json.dumps({"wall_s": round(time.monotonic() - start, 1), "pairs": len(pairs)}))
