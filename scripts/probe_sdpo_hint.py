@@ -163,7 +163,7 @@ def train_on_sites(model, tok, sites: list[dict], steps: int, lr: float) -> list
             logits = logits_of(model, ids)[start - 1 : len(ids) - 1].float()
             loss = topk_generalized_jsd(logits, t_lp, t_ids, beta=beta, token_clip=clip).mean() / len(targets)
             loss.backward()
-            total += float(loss)
+            total += loss.item()
         opt.step()
         losses.append(total)
         say(f"channel loss step {step + 1}/{steps}: {total:.4f}")
