@@ -39,7 +39,7 @@ from verl_ext.config.settings import YamlDefaults
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSER = YamlDefaults(REPO / "recipe/composer/config/composer.yaml")  # the channel's settings, read not repeated
-REAL = YamlDefaults(REPO / "recipe/fast_dapo/config/preset/real.yaml")  # the real preset's temperature, lr, lengths
+REAL = YamlDefaults(REPO / "verl_ext/config/real/smollm2_arithmetic.yaml")  # the real presets' temperature, lr, lengths
 BOXED = "\\boxed{"
 
 
