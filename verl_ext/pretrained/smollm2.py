@@ -51,6 +51,31 @@ _HASHED_MAX_BYTES = 64 << 20  # files up to this size are hashed in the manifest
 
 
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+# The two tool templates' shared parts: the system turn's opening (a conversation without a system message gets the
+# released template's default one), the opening of an assistant turn that carries calls (`f` is each call's
+# function), and every other message rendered as the released template does, then the generation prompt.
+_SYSTEM_TURN_OPEN = (
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}"
+    "{%- set rest = messages %}{%- endif %}"
+    "{{- '<|im_start|>system\\n' + system }}"
+)
+_ASSISTANT_CALLS_OPEN = (
+    "{%- for message in rest %}"
+    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for tc in message['tool_calls'] %}"
+    "{%- set f = tc['function'] if tc['function'] is defined else tc %}"
+)
+_PLAIN_TURN_AND_END = (
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
 # The released chat template renders each message's role and content only: no `tools`, no assistant `tool_calls`
 # (a call turns into an empty assistant turn), a tool result as a `tool` turn, and a null content raises. An agent
 # with function tools needs this one instead (`actor_rollout_ref.model.custom_chat_template=${smollm2:tool_template}`,
@@ -60,11 +85,7 @@ DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 # ToolParser reads (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, what the gateway's forced call
 # opening starts with) and tool results as one user turn of `<tool_response>` blocks.
 TOOL_CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}"
-    "{%- set rest = messages %}{%- endif %}"
-    "{{- '<|im_start|>system\\n' + system }}"
-    "{%- if tools %}"
+    _SYSTEM_TURN_OPEN + "{%- if tools %}"
     "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
     "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
@@ -73,12 +94,8 @@ TOOL_CHAT_TEMPLATE = (
     "<args-json-object>}\\n</tool_call>' }}"
     "{%- endif %}"
     "{{- '<|im_end|>\\n' }}"
-    "{%- for message in rest %}"
-    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
-    "{%- for tc in message['tool_calls'] %}"
-    "{%- set f = tc['function'] if tc['function'] is defined else tc %}"
-    "{%- set args = f['arguments'] if f['arguments'] is string else (f['arguments'] | tojson) %}"
+    + _ASSISTANT_CALLS_OPEN
+    + "{%- set args = f['arguments'] if f['arguments'] is string else (f['arguments'] | tojson) %}"
     "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
     "{{- '<tool_call>\\n{\"name\": \"' + f['name'] + '\", \"arguments\": ' + args + '}\\n</tool_call>' }}"
     "{%- endfor %}"
@@ -87,11 +104,7 @@ TOOL_CHAT_TEMPLATE = (
     "{%- if loop.first or rest[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
     "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
     "{%- if loop.last or rest[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    + _PLAIN_TURN_AND_END
 )
 
 # The one-line tool-call format (`verl_ext.agent.gateway.line_calls`), for an agent whose model writes no JSON calls
@@ -101,11 +114,7 @@ TOOL_CHAT_TEMPLATE = (
 # assistant's calls render as `name: argument` lines after its content, and each tool result as a user turn
 # `Result: ...` (the wording measured in the probe: docs/AGENT_REAL_MODEL.md).
 LINE_TOOL_CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
-    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}"
-    "{%- set rest = messages %}{%- endif %}"
-    "{{- '<|im_start|>system\\n' + system }}"
-    "{%- if tools %}{{- '\\n\\nYou can use these tools:' }}"
+    _SYSTEM_TURN_OPEN + "{%- if tools %}{{- '\\n\\nYou can use these tools:' }}"
     "{%- for tool in tools %}{%- set f = tool['function'] %}"
     "{{- '\\n- ' + f['name'] + ': ' + (f['description'] if f['description'] is defined and f['description'] else '') }}"
     "{%- endfor %}"
@@ -113,24 +122,13 @@ LINE_TOOL_CHAT_TEMPLATE = (
     "tools[0]['function']['name'] + '" + SEPARATOR + EXAMPLE_ARGUMENT + "\\n"
     "The result comes back in the next message.' }}"
     "{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- for message in rest %}"
-    "{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
-    "{%- for tc in message['tool_calls'] %}"
-    "{%- set f = tc['function'] if tc['function'] is defined else tc %}"
-    "{%- set a = f['arguments'] %}"
+    "{{- '<|im_end|>\\n' }}" + _ASSISTANT_CALLS_OPEN + "{%- set a = f['arguments'] %}"
     "{%- if message['content'] or not loop.first %}{{- '\\n' }}{%- endif %}"
     "{{- f['name'] + '" + SEPARATOR + "' + (a if a is string else (a.values() | list | first | string)) }}"
     "{%- endfor %}"
     "{{- '<|im_end|>\\n' }}"
     "{%- elif message['role'] == 'tool' %}"
-    "{{- '<|im_start|>user\\n" + RESULT_PREFIX + "' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    "{{- '<|im_start|>user\\n" + RESULT_PREFIX + "' + message['content'] + '<|im_end|>\\n' }}" + _PLAIN_TURN_AND_END
 )
 
 
