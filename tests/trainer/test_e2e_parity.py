@@ -110,18 +110,27 @@ def test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps(ray_cpu, t
 
 
 # Shared-prefix passes reassociate float32 sums in attention (docs/SHARED_PREFIX.md, "Exactness": log-probs within
-# ~2e-5 of the unshared pass); the metrics built from log-probs inherit that, carried through one Adam step.
+# ~2e-5 of the unshared pass); the metrics built from log-probs inherit that.
 SHARED_REL, SHARED_ABS = 1e-3, 1e-5
+# Step 2 runs on the weights after one Adam step, whose bias-corrected m / sqrt(v) is g / |g|: every weight moves by
+# +-lr whatever its gradient's size, so a gradient element within float noise of zero can flip its move (2 * lr = 2e-3
+# at the tiny model's lr). The weights then differ by more than float noise, and step 2's metrics are compared at 1%
+# (CI saw actor/grad_norm 0.2% apart at step 2 on a machine whose step 1 matched to 1e-3).
+AFTER_ADAM_REL = 1e-2
 # Per-token log-prob bound of the shared pass (tests/shared_prefix/test_engine.py asserts it on real-model rows).
 TOKEN_LP_ATOL = 5e-5
 
 
 def _shared_abs(key: str, step_metrics: dict) -> float:
-    """Absolute tolerance of one metric. verl's chi2_seq is mean(exp(2 * sum_t log rho_t)) - 1: each sequence sums
-    its tokens' log-prob differences, so a per-token bound d moves it by up to 2 * L * d (rho ~ 1), L the longest
-    response. Every other compared metric is a mean or an extreme of per-token quantities."""
+    """Absolute tolerance of one metric. verl's sequence-level importance weights are exp(sum_t log rho_t): each
+    sequence sums its tokens' log-prob differences, so a per-token bound d moves a weight near 1 by up to L * d, L the
+    longest response, and their statistics (mean, extremes, std) by as much; chi2_seq is mean(w^2) - 1, moved by up
+    to 2 * L * d. Every other compared metric is a mean or an extreme of per-token quantities."""
+    longest = step_metrics["response_length/max"]
     if key == "rollout_corr/chi2_seq":
-        return 2 * step_metrics["response_length/max"] * TOKEN_LP_ATOL
+        return 2 * longest * TOKEN_LP_ATOL
+    if key.startswith("rollout_corr/rollout_is_seq_"):
+        return longest * TOKEN_LP_ATOL
     return SHARED_ABS
 
 
@@ -141,12 +150,14 @@ def assert_shared_prefix_matches(ext_rows: dict, shared_rows: dict, ext_dumps: d
         # read 0, sqrt(eps) = 3.45e-4 or sqrt(1.5 eps) = 4.23e-4, so a 1e-6 change in a log-prob flips it
         keys.remove("rollout_corr/rollout_is_std")
         assert len(keys) > 25
+        weights_differ = step > 1
         for key in keys:
             tol = _shared_abs(key, ext)
-            assert _close(shared[key], ext[key], SHARED_REL, tol), (step, key, shared[key], ext[key], tol)
-    assert (
-        abs(shared_rows[2]["actor/kl_loss"] - ext_rows[2]["actor/kl_loss"]) <= SHARED_REL * ext_rows[2]["actor/kl_loss"]
-    )
+            rel = AFTER_ADAM_REL if weights_differ and not key.startswith(EXACT) else SHARED_REL
+            assert _close(shared[key], ext[key], rel, tol), (step, key, shared[key], ext[key], rel, tol)
+    # the update moved the policy off the reference the same way in both runs
+    kl_ext, kl_shared = ext_rows[2]["actor/kl_loss"], shared_rows[2]["actor/kl_loss"]
+    assert kl_ext > 0 and abs(kl_shared - kl_ext) <= AFTER_ADAM_REL * kl_ext, (kl_shared, kl_ext)
 
 
 def _actor_weights_from_checkpoint(ckpt_dir):
