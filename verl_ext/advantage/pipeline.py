@@ -174,24 +174,12 @@ def _algorithm_plugin(config: AdvantageConfig, inputs: AdvantageInputs, rewards,
     _emit_uncertainty_stats(out, "after", n_tokens, before)
     ctx = AlgorithmContext(
         rewards=rewards,
-        group_ids=gid,
         index=inputs.index,
-        logprobs=inputs.old_log_probs,
-        uncertainty=u,
-        response_mask=mask,
-        planning_mask=planning,
-        entropys=inputs.entropys,
-        sepa_lambda=_lambda(inputs.sepa_lambda),
-        step=inputs.step,
-        gtpo_beta=config.gtpo_beta,
-        hicra_alpha=config.hicra_alpha,
         advantage_params=config.advantage_params,
         transform_params=config.transform_params,
+        **_batch_view(config, inputs, u=u, mask=mask, planning=planning, gid=gid),
     )
-    plugin = load_context_plugin(config.algorithm_mode, "algorithm_mode")
-    advantages, extra = token_advantages_from(plugin.fn(ctx), mask, f"algorithm_mode={plugin.path!r}")
-    out.update({f"adv/{k}": v for k, v in extra.items()})
-    return advantages
+    return _run_context_plugin(config.algorithm_mode, "algorithm_mode", ctx, mask, out)
 
 
 def _transform_plugin(
@@ -201,6 +189,15 @@ def _transform_plugin(
     planning = None if p is None else p.bool()
     ctx = TransformContext(
         episode_advantages=episode,
+        params=config.transform_params,
+        **_batch_view(config, inputs, u=u, mask=mask, planning=planning, gid=gid),
+    )
+    return _run_context_plugin(transform, "transform_mode", ctx, mask, out)
+
+
+def _batch_view(config: AdvantageConfig, inputs: AdvantageInputs, *, u, mask, planning, gid) -> dict:
+    """What a transform and a full-algorithm plugin both see of the batch, as their contexts' keyword arguments."""
+    return dict(
         logprobs=inputs.old_log_probs,
         uncertainty=u,
         response_mask=mask,
@@ -211,10 +208,13 @@ def _transform_plugin(
         step=inputs.step,
         gtpo_beta=config.gtpo_beta,
         hicra_alpha=config.hicra_alpha,
-        params=config.transform_params,
     )
-    plugin = load_context_plugin(transform, "transform_mode")
-    advantages, extra = token_advantages_from(plugin.fn(ctx), mask, f"transform_mode={plugin.path!r}")
+
+
+def _run_context_plugin(path: str, role: str, ctx, mask, out) -> torch.Tensor:
+    """Call the plugin `path` (config key `role`) on its context; its extra metrics go to `out` as adv/<key>."""
+    plugin = load_context_plugin(path, role)
+    advantages, extra = token_advantages_from(plugin.fn(ctx), mask, f"{role}={plugin.path!r}")
     out.update({f"adv/{k}": v for k, v in extra.items()})
     return advantages
 
