@@ -22,7 +22,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 from verl.utils.debug import marked_timer
 
-from recipe.fast_dapo.config_check import FIDELITY, curriculum_settings
+from recipe.fast_dapo.config_check import FIDELITY, CurriculumSettings, curriculum_settings
 from verl_ext.agent.trainer import AgentEpisodesMixin, ok_episode_rows
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
 from verl_ext.curriculum.memory import probe_outcome
@@ -43,6 +43,18 @@ class GenerationBudgetExceeded(RuntimeError):
     pass
 
 
+def data_controller(s: CurriculumSettings) -> DataController:
+    """The curriculum's DataController as the run's `curriculum` settings configure it."""
+    return DataController(
+        train_batch_size=s.train_batch_size,
+        n=s.n,
+        n_continue=s.n_continue,
+        mode=s.mode,
+        filter_metric=s.filter_metric,
+        memory=s.memory,
+    )
+
+
 class RayFastDAPOTrainer(ExtRayPPOTrainer):
     fidelity = FIDELITY
 
@@ -52,14 +64,7 @@ class RayFastDAPOTrainer(ExtRayPPOTrainer):
         self.max_num_gen_batches = s.max_num_gen_batches
         self.auto_gen_batch = s.auto_gen_batch
         self.gen_batch_size = s.gen_batch_size
-        self.controller = DataController(
-            train_batch_size=s.train_batch_size,
-            n=s.n,
-            n_continue=s.n_continue,
-            mode=s.mode,
-            filter_metric=s.filter_metric,
-            memory=s.memory,
-        )
+        self.controller = data_controller(s)
         if self.controller.memory is not None and s.memory.init_file:
             # a pass-rate probe's outcomes as each prompt's first screening (a resumed run restores its own memory)
             keys, correct, k = read_pass_rates(s.memory.init_file)

@@ -24,7 +24,7 @@ from recipe.fast_dapo.config_check import (
     curriculum_settings,
     prepare_config,
 )
-from recipe.fast_dapo.fast_dapo_ray_trainer import GenerationBudgetExceeded, RayFastDAPOTrainer
+from recipe.fast_dapo.fast_dapo_ray_trainer import GenerationBudgetExceeded, RayFastDAPOTrainer, data_controller
 from verl_ext.config.compose import compose_config
 from verl_ext.curriculum import DataController, MemorySettings
 from verl_ext.toy.resolvers import register_resolvers
@@ -109,15 +109,7 @@ def test_pass_rate_memory_setting_reaches_the_controller():
     s = prepare_config(_cfg("curriculum.memory.enable=true", "curriculum.memory.skip_all_wrong=0.5"))
     assert s.memory.enable and s.memory.skip_all_wrong == 0.5
     assert not prepare_config(_cfg()).memory.enable  # off by default
-    ctrl = DataController(
-        train_batch_size=s.train_batch_size,
-        n=s.n,
-        n_continue=s.n_continue,
-        mode=s.mode,
-        filter_metric=s.filter_metric,
-        memory=s.memory,
-    )
-    assert ctrl.state_dict()["memory"] is not None
+    assert data_controller(s).state_dict()["memory"] is not None
 
 
 def test_auto_gen_batch_setting_is_read_with_its_defaults():
