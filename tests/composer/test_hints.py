@@ -3,20 +3,18 @@
 import pytest
 import torch
 
-from verl_ext.composer import (
+from verl_ext.composer.hints import (
     ErrorSite,
+    assistant_turn_index,
     build_teacher_context,
+    error_sites_for_batch,
     error_sites_from_step_meta,
     math_error_sites,
+    place_teacher_values,
+    plan_teacher_rows,
     render_hint,
     response_token_log_probs,
     sdpo_loss_mask,
-)
-from verl_ext.composer.hints import (
-    assistant_turn_index,
-    error_sites_for_batch,
-    place_teacher_values,
-    plan_teacher_rows,
     turn_span,
 )
 
