@@ -163,6 +163,22 @@ def tiny_run_overrides(assets, out_dir: Path, steps: int) -> list[str]:
     ]
 
 
+def dataset_config(tmp_path: Path, max_len: int = 64, filter_on: bool = True):
+    """The `data` config verl's RLHFDataset (and the project's RawPromptRLHFDataset) reads: prompts from the `prompt`
+    column, those over `max_len` tokens dropped when `filter_on`, the cache under `tmp_path`."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": max_len,
+            "filter_overlong_prompts": filter_on,
+            "filter_overlong_prompts_workers": 1,
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
+
+
 def read_file_logger(path: Path) -> list[dict]:
     """verl's FileLogger lines: {"step": s, "data": {...}}."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

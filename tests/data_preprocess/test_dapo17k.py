@@ -7,11 +7,11 @@ import unicodedata
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from omegaconf import OmegaConf
 
 from data_preprocess.dapo17k import preprocess_dapo17k, strip_dapo_wrapper
 from data_preprocess.fixtures import DAPO_HEAD, DAPO_TAIL, make_dapo17k
 from data_preprocess.verl_schema import INSTRUCTION
+from tests.conftest import dataset_config
 
 
 @pytest.fixture(scope="module")
@@ -139,18 +139,6 @@ def test_strip_wrapper(content, problem, wrapped):
     assert strip_dapo_wrapper(content) == (problem, wrapped)
 
 
-def _data_config(tmp_path, max_len):
-    return OmegaConf.create(
-        {
-            "prompt_key": "prompt",
-            "max_prompt_length": max_len,
-            "filter_overlong_prompts": True,
-            "filter_overlong_prompts_workers": 1,
-            "cache_dir": str(tmp_path / "cache"),
-        }
-    )
-
-
 @pytest.mark.parametrize("chat", [True, False])
 def test_loads_in_verl_rlhf_dataset(fixture_file, tmp_path, tiny_tokenizer, chat):
     from verl.utils.dataset.rl_dataset import collate_fn
@@ -161,7 +149,7 @@ def test_loads_in_verl_rlhf_dataset(fixture_file, tmp_path, tiny_tokenizer, chat
     path, _ = fixture_file
     result = preprocess_dapo17k(path, str(tmp_path), test_size=10, seed=0, use_chat_template=chat)
     rows = _read(result.test_path)
-    ds = RawPromptRLHFDataset(result.test_path, tiny_tokenizer, _data_config(tmp_path, 4096))
+    ds = RawPromptRLHFDataset(result.test_path, tiny_tokenizer, dataset_config(tmp_path, 4096))
     assert len(ds) == len(rows) == 10
     items = [ds[i] for i in range(len(ds))]
     for item, row in zip(items, rows):
@@ -182,5 +170,5 @@ def test_loads_in_verl_rlhf_dataset(fixture_file, tmp_path, tiny_tokenizer, chat
 
     # The length filter counts what the rollout will tokenize: a limit just under the longest prompt drops it.
     lengths = sorted(len(prompt_token_ids(tiny_tokenizer, it["raw_prompt"])) for it in items)
-    short = RawPromptRLHFDataset(result.test_path, tiny_tokenizer, _data_config(tmp_path, lengths[-1] - 1))
+    short = RawPromptRLHFDataset(result.test_path, tiny_tokenizer, dataset_config(tmp_path, lengths[-1] - 1))
     assert len(short) == sum(n <= lengths[-1] - 1 for n in lengths)

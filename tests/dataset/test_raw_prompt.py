@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from tests.conftest import dataset_config
 from verl_ext.dataset.prompt_ids import prompt_token_ids, raw_text_ids
 
 PROMPTS = [
@@ -37,24 +37,12 @@ def _write(path, prompts, chat: bool):
     return str(path)
 
 
-def _data_config(tmp_path, max_len=64, filter_on=True):
-    return OmegaConf.create(
-        {
-            "prompt_key": "prompt",
-            "max_prompt_length": max_len,
-            "filter_overlong_prompts": filter_on,
-            "filter_overlong_prompts_workers": 1,
-            "cache_dir": str(tmp_path / "cache"),
-        }
-    )
-
-
 def test_stock_rlhf_dataset_drops_every_string_prompt(tmp_path, tiny_tokenizer):
     # The reason RawPromptRLHFDataset exists: verl applies the chat template to a string, fails, drops the row.
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     path = _write(tmp_path / "raw.parquet", PROMPTS[:2], chat=False)
-    assert len(RLHFDataset(path, tiny_tokenizer, _data_config(tmp_path))) == 0
+    assert len(RLHFDataset(path, tiny_tokenizer, dataset_config(tmp_path))) == 0
 
 
 def test_raw_dataset_filters_by_raw_length_and_passes_strings(tmp_path, tiny_tokenizer):
@@ -66,7 +54,7 @@ def test_raw_dataset_filters_by_raw_length_and_passes_strings(tmp_path, tiny_tok
     max_len = max(lengths[:2])
     assert lengths[2] > max_len
     path = _write(tmp_path / "raw.parquet", PROMPTS, chat=False)
-    ds = RawPromptRLHFDataset(path, tiny_tokenizer, _data_config(tmp_path, max_len=max_len))
+    ds = RawPromptRLHFDataset(path, tiny_tokenizer, dataset_config(tmp_path, max_len=max_len))
     assert len(ds) == 2
     items = [ds[i] for i in range(len(ds))]
     assert [it["raw_prompt"] for it in items] == PROMPTS[:2]
@@ -74,7 +62,7 @@ def test_raw_dataset_filters_by_raw_length_and_passes_strings(tmp_path, tiny_tok
     assert batch["dummy_tensor"].shape == (2, 1)
     assert list(batch["raw_prompt"]) == PROMPTS[:2]
 
-    no_filter = RawPromptRLHFDataset(path, tiny_tokenizer, _data_config(tmp_path, max_len=max_len, filter_on=False))
+    no_filter = RawPromptRLHFDataset(path, tiny_tokenizer, dataset_config(tmp_path, max_len=max_len, filter_on=False))
     assert len(no_filter) == 3
 
 
@@ -84,7 +72,7 @@ def test_raw_dataset_matches_stock_for_chat_prompts(tmp_path, tiny_tokenizer):
     from verl_ext.dataset.raw_prompt import RawPromptRLHFDataset
 
     path = _write(tmp_path / "chat.parquet", PROMPTS, chat=True)
-    cfg = _data_config(tmp_path, max_len=80)
+    cfg = dataset_config(tmp_path, max_len=80)
     ours, stock = RawPromptRLHFDataset(path, tiny_tokenizer, cfg), RLHFDataset(path, tiny_tokenizer, cfg)
     assert len(ours) == len(stock) == 2
     assert [ours[i]["raw_prompt"] for i in range(2)] == [stock[i]["raw_prompt"] for i in range(2)]
@@ -108,7 +96,7 @@ def test_missing_prompt_column_is_a_clear_error(tmp_path, tiny_tokenizer):
     from verl_ext.dataset.raw_prompt import RawPromptRLHFDataset
 
     path = _write(tmp_path / "raw.parquet", PROMPTS[:2], chat=False)
-    cfg = _data_config(tmp_path)
+    cfg = dataset_config(tmp_path)
     cfg.prompt_key = "question"
     with pytest.raises(KeyError, match="question"):
         RawPromptRLHFDataset(path, tiny_tokenizer, cfg)
