@@ -15,16 +15,9 @@ import json
 
 import pytest
 
+from tests.agent.tasks import CALC
 from verl_ext.pretrained import smollm2
 
-CALC = {
-    "type": "function",
-    "function": {
-        "name": "calc",
-        "description": "Evaluate + - * arithmetic.",
-        "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]},
-    },
-}
 ASK = [{"role": "user", "content": "What is 2 - -2? Give the final answer in \\boxed{}."}]
 CALL = '<tool_call>\n{"name": "calc", "arguments": {"expr": "2 - -2"}}\n</tool_call>'
 
