@@ -18,7 +18,7 @@ import sys
 import hydra
 
 from verl_ext.config.preflight import translate_check_flag
-from verl_ext.trainer.launch import register_lazy_resolvers
+from verl_ext.trainer.launch import drive, register_lazy_resolvers
 
 register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
 
@@ -38,11 +38,6 @@ def check(config, files: str = "full"):
 
 @hydra.main(config_path="config", config_name="composer", version_base=None)
 def main(config):
-    from verl.utils.device import auto_set_device
-
-    from verl_ext.trainer.launch import drive
-
-    auto_set_device(config)
     drive("composer", config, check)
 
 

@@ -16,7 +16,7 @@ import sys
 import hydra
 
 from verl_ext.config.preflight import translate_check_flag
-from verl_ext.trainer.launch import register_lazy_resolvers
+from verl_ext.trainer.launch import drive, register_lazy_resolvers
 
 register_lazy_resolvers()  # ${tiny_assets:...} of the cpu_demo preset: verl_ext.toy loads only if a config uses it
 
@@ -40,11 +40,6 @@ def check(config, files: str = "full"):
 
 @hydra.main(config_path="config", config_name="fast_dapo", version_base=None)
 def main(config):
-    from verl.utils.device import auto_set_device
-
-    from verl_ext.trainer.launch import drive
-
-    auto_set_device(config)
     drive("fast_dapo", config, check)
 
 

@@ -17,19 +17,14 @@ if __name__ == "__main__":  # first: what the imports below print goes to the ru
 
 import hydra
 
-from verl_ext.trainer.launch import register_lazy_resolvers
+from verl_ext.trainer.launch import drive, register_lazy_resolvers
 
 register_lazy_resolvers()
 
 
 @hydra.main(config_path="config", config_name="fast_dapo", version_base=None)
 def main(config):
-    from verl.utils.device import auto_set_device
-
-    from verl_ext.trainer.launch import drive
-
     as_probe(config)
-    auto_set_device(config)
     drive("probe", config, check)
 
 

@@ -88,11 +88,14 @@ def drive(what: str, config: DictConfig, check: Callable, task_runner_class=None
     """A recipe driver's whole run: the pre-flight gate (`check`: the recipe's settings, then `preflight`; the plan),
     then the run, inside the terminal that shows the user lines and keeps everything else in the run's log
     (`<trainer.default_local_dir>/run.log`). With `+check_only=true` (nothing starts) or `VERL_EXT_VERBOSE=1`, plain
-    printing and no log file."""
+    printing and no log file. First, verl's `auto_set_device` points `trainer.device` at the accelerator found here."""
+    from verl.utils.device import auto_set_device
+
     from verl_ext.config.preflight import gate
     from verl_ext.config.preflight.gate import CHECK_ONLY_KEY
     from verl_ext.metrics_log.terminal import Terminal
 
+    auto_set_device(config)
     run_dir = OmegaConf.select(config, "trainer.default_local_dir") or "outputs"
     with Terminal(run_dir, enabled=CHECK_ONLY_KEY not in config) as terminal:
         if gate(what, config, check, show=terminal.show, error=terminal.error):
