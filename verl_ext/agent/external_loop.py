@@ -34,12 +34,12 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from verl_ext.agent.agent_process import run_episode
-from verl_ext.agent.episode import Status
+from verl_ext.agent.agent_process import EpisodeResult, run_episode
+from verl_ext.agent.episode import Outcome, Status
 from verl_ext.agent.gateway.server import Gateway
 from verl_ext.agent.gateway_owner import LoopGateways
 from verl_ext.agent.settings import AGENT_LOOP_NAME, AgentSettings, gateway_key
-from verl_ext.agent.tool_use import tool_use
+from verl_ext.agent.tool_use import ToolUse, tool_use
 from verl_ext.agent.trajectory import truncate
 from verl_ext.agent.transcript import transcript, write_transcript
 
@@ -117,72 +117,76 @@ class ExternalAgentLoop(AgentLoopBase):
         task = {k: to_plain(kwargs.get(k)) for k in ("raw_prompt", "reward_model", "extra_info", "data_source")}
         task["prompt"] = task.pop("raw_prompt")
         res = await run_episode(gw, s, task, sampling_params)
-        session, outcome, eid, wall = res.session, res.outcome, res.session.episode_id, res.wall_s
-        exit_code, stderr = res.exit_code, res.stderr
+        session, outcome = res.session, res.outcome
         if outcome.status is Status.CRASHED:
-            logger.warning("agent episode %s exited with %s: %s", eid, exit_code, stderr.strip()[-500:])
+            logger.warning(
+                "agent episode %s exited with %s: %s", session.episode_id, res.exit_code, res.stderr.strip()[-500:]
+            )
         if s.transcripts:
             write_transcript(s.transcripts, transcript(session, outcome.status.value, outcome.segment))
-        want_logprobs = bool(sampling_params.get("logprobs"))
-        if outcome.segment is not None:
-            seg = truncate(outcome.segment, self.response_length)
-            prompt_ids, response_ids, mask, logprobs = (
-                seg.prompt_ids,
-                seg.response_ids,
-                seg.response_mask,
-                seg.log_probs,
-            )
-            num_turns, version = seg.num_turns, seg.min_version
-        else:  # placeholder row: the task's prompt, one masked token, no loss
-            if session.rounds:
-                prompt_ids = session.rounds[0].prompt_ids
-            else:
-                messages = (
-                    task["prompt"]
-                    if isinstance(task["prompt"], list)
-                    else [{"role": "user", "content": str(task["prompt"])}]
-                )
-                prompt_ids = await self.ct_build_initial_tokens(messages)
-            response_ids, mask, logprobs, num_turns, version = [self.tokenizer.eos_token_id], [0], [0.0], 1, None
-        prompt_ids = prompt_ids[-self.rollout_config.prompt_length :]
-        if not want_logprobs:
-            logprobs = None
-        score = session.score if outcome.use_agent_score else None
+        prompt_ids, response_ids, mask, logprobs, num_turns, version = await self._row_tokens(outcome, session, task)
         used = tool_use(session.history)
-        extra: dict[str, Any] = {
-            "agent_episode_id": eid,
-            "agent_status": outcome.status.value,
-            "agent_rounds": len(session.rounds),
-            "agent_segments": outcome.n_segments,
-            # how its rounds joined (core.Drift): extended / split by reason / tool-call faults, as JSON
-            "agent_drift": json.dumps(session.drift.as_dict(), sort_keys=True),
-            "agent_wall_s": wall,
-            # oldest weight version that sampled the trained tokens; the trainer turns it into staleness (-1: unknown)
-            "agent_policy_version": -1 if version is None else int(version),
-            # its well-formed tool calls, and whether a tool's result reached its final answer (`tool_use`)
-            "agent_tool_calls": used.calls,
-            "agent_tool_result_in_answer": int(used.result_in_answer),
-        }
+        extra = episode_columns(res, version, used)
+        score = session.score if outcome.use_agent_score else None
         if score is not None and score.get("step_metas") is not None:
             extra["step_metas"] = score["step_metas"]
         reward = None
         if s.score_source == "agent":  # every row carries the same reward keys (verl reads the first row's)
-            ok = outcome.status is Status.OK
-            reward = score["score"] if ok else 0.0
-            # the tool-use flags too: verl's validation reports them per data source (greedy, through the agent)
-            extra["reward_extra_info"] = {
-                "score": reward,
-                "acc": score["acc"] if ok else 0.0,
-                "tool_call": float(used.calls > 0),
-                "tool_result_in_answer": float(used.result_in_answer),
-            }
+            reward, extra["reward_extra_info"] = agent_reward(outcome, score, used)
+        want_logprobs = bool(sampling_params.get("logprobs"))
         return AgentLoopOutput(
-            prompt_ids=list(prompt_ids),
+            prompt_ids=list(prompt_ids[-self.rollout_config.prompt_length :]),
             response_ids=list(response_ids),
             response_mask=list(mask),
-            response_logprobs=list(logprobs) if logprobs is not None else None,
+            response_logprobs=list(logprobs) if want_logprobs and logprobs is not None else None,
             reward_score=reward,
             num_turns=num_turns,
-            metrics=AgentLoopMetrics(generate_sequences=wall),
+            metrics=AgentLoopMetrics(generate_sequences=res.wall_s),
             extra_fields=extra,
         )
+
+    async def _row_tokens(self, outcome, session, task: dict) -> tuple[list[int], list[int], list[int], Any, int, Any]:
+        """(prompt, response, mask, log-probs, turns, oldest weight version) of the row: the trained segment cut to
+        the response length, or a placeholder: the task's prompt, one masked token, no loss."""
+        if outcome.segment is not None:
+            seg = truncate(outcome.segment, self.response_length)
+            return seg.prompt_ids, seg.response_ids, seg.response_mask, seg.log_probs, seg.num_turns, seg.min_version
+        if session.rounds:
+            prompt_ids = session.rounds[0].prompt_ids
+        else:
+            prompt = task["prompt"]
+            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+            prompt_ids = await self.ct_build_initial_tokens(messages)
+        return prompt_ids, [self.tokenizer.eos_token_id], [0], [0.0], 1, None
+
+
+def episode_columns(res: EpisodeResult, version: int | None, used: ToolUse) -> dict[str, Any]:
+    """The row's `agent_*` status columns: the episode, how it ended and joined, its policy version and tool use."""
+    session, outcome = res.session, res.outcome
+    return {
+        "agent_episode_id": session.episode_id,
+        "agent_status": outcome.status.value,
+        "agent_rounds": len(session.rounds),
+        "agent_segments": outcome.n_segments,
+        # how its rounds joined (core.Drift): extended / split by reason / tool-call faults, as JSON
+        "agent_drift": json.dumps(session.drift.as_dict(), sort_keys=True),
+        "agent_wall_s": res.wall_s,
+        # oldest weight version that sampled the trained tokens; the trainer turns it into staleness (-1: unknown)
+        "agent_policy_version": -1 if version is None else int(version),
+        # its well-formed tool calls, and whether a tool's result reached its final answer (`tool_use`)
+        "agent_tool_calls": used.calls,
+        "agent_tool_result_in_answer": int(used.result_in_answer),
+    }
+
+
+def agent_reward(outcome: Outcome, score: dict[str, Any] | None, used: ToolUse) -> tuple[float, dict[str, float]]:
+    """Under `score_source=agent`: the row's reward (the agent's posted score; 0 for a dropped episode) and its
+    reward keys, the tool-use flags among them (verl's validation reports them per data source)."""
+    ok = outcome.status is Status.OK
+    reward = score["score"] if ok else 0.0
+    return reward, {
+        "score": reward,
+        "acc": score["acc"] if ok else 0.0,
+        "tool_call": float(used.calls > 0),
+        "tool_result_in_answer": float(used.result_in_answer),
+    }
