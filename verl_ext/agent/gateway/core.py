@@ -404,15 +404,7 @@ class EpisodeCore:
 
     async def chat(self, s: Session, turn: ChatTurn) -> TurnResult:
         """One chat round on session `s` (call between `admit` and `release`)."""
-        messages = turn.messages
-        if not messages:
-            raise RequestError(400, "messages must be a non-empty list")
-        if messages[-1]["role"] == "assistant":
-            raise RequestError(400, "the last message must not be the assistant's (prefill is not supported)")
-        if turn.tools:
-            self.check_template_renders_tools()
-        if any(m.get("tool_calls") for m in messages):
-            self.check_template_renders_tool_calls()
+        self._check_chat(turn)
         try:
             opening = self.codec.forced_opening(turn.tool_choice) if turn.tools else ""
         except ToolSpecError as e:
@@ -422,24 +414,7 @@ class EpisodeCore:
         tools_key = json.dumps(turn.tools, sort_keys=True) if turn.tools else None
         async with s.lock:
             t0 = time.perf_counter()
-            reason = "rewrite" if s.history is None else None  # after a completions round: another conversation
-            prompt_ids = None
-            if s.history is not None:
-                reason = "tools_changed" if tools_key != s.tools_key else match_history(s.history, messages)
-                if reason is None:
-                    new = [for_template(m) for m in messages[len(s.history) :]]
-                    try:
-                        merged = self.builder.merge_context_tokens(
-                            s.history, s.history + new, self._closed_runtime_ids(s), tools=turn.tools
-                        )
-                        prompt_ids, start = list(merged.token_ids), s.first_prompt_len
-                        history = s.history + new
-                    except ValueError:
-                        reason = "template_mismatch"
-            if prompt_ids is None:  # first round, or a split: a new segment (trajectory.assemble_segments splits)
-                history = [for_template(m) for m in messages]
-                prompt_ids = self._render(history, turn.tools)
-                start = len(prompt_ids) + len(forced)  # a forced call opening ends the segment's prompt
+            history, prompt_ids, start, reason = self._chat_prompt(s, turn, tools_key, len(forced))
             self.stats.render_s += time.perf_counter() - t0
             self._count_join(s, prompt_ids, reason)
             prompt_ids = list(prompt_ids) + forced
@@ -461,6 +436,41 @@ class EpisodeCore:
             )
             s.history, s.tools_key, s.text = history + [result.assistant_message()], tools_key, None
         return result
+
+    def _check_chat(self, turn: ChatTurn) -> None:
+        """RequestError (400) for a chat request the gateway cannot serve as asked."""
+        messages = turn.messages
+        if not messages:
+            raise RequestError(400, "messages must be a non-empty list")
+        if messages[-1]["role"] == "assistant":
+            raise RequestError(400, "the last message must not be the assistant's (prefill is not supported)")
+        if turn.tools:
+            self.check_template_renders_tools()
+        if any(m.get("tool_calls") for m in messages):
+            self.check_template_renders_tool_calls()
+
+    def _chat_prompt(
+        self, s: Session, turn: ChatTurn, tools_key: str | None, n_forced: int
+    ) -> tuple[list[dict], list[int], int, str | None]:
+        """(history, prompt ids, where the segment's first prompt ends, why the session was not extended: None when
+        it was): the session's history extended by the new messages, else the whole conversation rendered anew."""
+        messages = turn.messages
+        reason = "rewrite" if s.history is None else None  # after a completions round: another conversation
+        if s.history is not None:
+            reason = "tools_changed" if tools_key != s.tools_key else match_history(s.history, messages)
+            if reason is None:
+                new = [for_template(m) for m in messages[len(s.history) :]]
+                try:
+                    merged = self.builder.merge_context_tokens(
+                        s.history, s.history + new, self._closed_runtime_ids(s), tools=turn.tools
+                    )
+                    return s.history + new, list(merged.token_ids), s.first_prompt_len, None
+                except ValueError:
+                    reason = "template_mismatch"
+        # first round, or a split: a new segment (trajectory.assemble_segments splits)
+        history = [for_template(m) for m in messages]
+        prompt_ids = self._render(history, turn.tools)
+        return history, prompt_ids, len(prompt_ids) + n_forced, reason  # a forced call opening ends the prompt
 
     async def complete(
         self, s: Session, prompt: str, max_tokens: int | None = None, stop: tuple[str, ...] = (), logprobs=False

@@ -212,6 +212,28 @@ def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, str | None]:
     return (text, None) if best is None else (text[: best[0]], best[1])
 
 
+def _checked_calls(calls: list, names: set[str], attempted: int | None) -> tuple[list[ToolCall], Counter]:
+    """The parser's calls that name one of `names` with a JSON object of arguments (re-serialised), and the rest
+    counted by fault: `unknown_tool`, `malformed` (with the `attempted` call blocks the parser could not read)."""
+    problems = Counter()
+    if attempted is not None and attempted > len(calls):
+        problems["malformed"] += attempted - len(calls)
+    valid = []
+    for c in calls:
+        if c.name not in names:
+            problems["unknown_tool"] += 1
+            continue
+        try:
+            args = json.loads(c.arguments)
+        except json.JSONDecodeError:
+            args = None
+        if not isinstance(args, dict):
+            problems["malformed"] += 1
+            continue
+        valid.append(ToolCall(c.name, json.dumps(args, ensure_ascii=False)))
+    return valid, problems
+
+
 class ToolCallCodec:
     """Parses replies with verl's ToolParser `tool_parser` and the reasoning parser `reasoning_parser`."""
 
@@ -279,22 +301,7 @@ class ToolCallCodec:
         names = {t["function"]["name"] for t in tools}
         if isinstance(tool_choice, dict):
             names = {tool_choice["function"]["name"]}
-        problems = Counter()
-        if attempted is not None and attempted > len(calls):
-            problems["malformed"] += attempted - len(calls)
-        valid = []
-        for c in calls:
-            if c.name not in names:
-                problems["unknown_tool"] += 1
-                continue
-            try:
-                args = json.loads(c.arguments)
-            except json.JSONDecodeError:
-                args = None
-            if not isinstance(args, dict):
-                problems["malformed"] += 1
-                continue
-            valid.append(ToolCall(c.name, json.dumps(args, ensure_ascii=False)))
+        valid, problems = _checked_calls(calls, names, attempted)
         if problems:
             out.faults.update(problems)
             out.fault_detail = ", ".join(f"{k}: {v}" for k, v in sorted(problems.items()))
