@@ -108,7 +108,8 @@ def collect_files(run_dir: Path, jsonl: Path | None) -> dict[str, Path]:
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The entrypoint's command line (job.py builds it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", required=True, type=Path)
     p.add_argument("--module", required=True, help="python -m <module>, e.g. recipe.fast_dapo.main")
@@ -121,8 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         help="after a failed run, how long to watch for a node being declared dead",
     )
     p.add_argument("overrides", nargs="*")
-    args = p.parse_args(argv)
+    return p
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", args.module, *args.overrides, f"hydra.run.dir={args.run_dir / 'hydra'}"]
     print(f"[verl_ext.launch] run: {' '.join(cmd)}", flush=True)
@@ -160,17 +164,23 @@ def main(argv: list[str] | None = None) -> int:
         watch.stop()
     if rc != 0:
         print(f"[verl_ext.launch] run exited with code {rc}", flush=True)
-    try:
-        write_resolved_config(args.run_dir)
-        for line in artifacts.pack(collect_files(args.run_dir, args.jsonl)):
-            print(line)
-        sys.stdout.flush()
-    except Exception as e:  # noqa: BLE001 -- the run's own outcome matters more than its outputs' copy
-        print(f"[verl_ext.launch] could not attach the run's outputs to the log: {e}", flush=True)
+    attach_outputs(args.run_dir, args.jsonl)
     if lost:
         print(f"[verl_ext.launch] FAILED: lost {lost[0]}", flush=True)
         return LOST_NODE_EXIT
     return rc
+
+
+def attach_outputs(run_dir: Path, jsonl: Path | None) -> None:
+    """Step 3 of the module docstring: the resolved config written, the run's small outputs printed into the log for
+    the client to collect; a failure here is reported, never raised (the run's own outcome matters more)."""
+    try:
+        write_resolved_config(run_dir)
+        for line in artifacts.pack(collect_files(run_dir, jsonl)):
+            print(line)
+        sys.stdout.flush()
+    except Exception as e:  # noqa: BLE001 -- the run's own outcome matters more than its outputs' copy
+        print(f"[verl_ext.launch] could not attach the run's outputs to the log: {e}", flush=True)
 
 
 def _stop_child(child: subprocess.Popen) -> None:
