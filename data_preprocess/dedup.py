@@ -103,7 +103,20 @@ def dedup_problems(
     if source_ids is None:
         source_ids = pa.nulls(n, pa.string())
     table = pa.table({"p": problems, "a": answers, "id": source_ids, "row": pa.array(range(n), pa.int64())})
+    table = _drop_invalid(table, invalid_answers, stats)
 
+    # Exact duplicates: group by the raw text, keep the first row of each group.
+    firsts = table.group_by(["p", "a"], use_threads=True).aggregate([("row", "min")])["row_min"]
+    stats.exact_duplicates = table.num_rows - len(firsts)
+    distinct = table.filter(pc.is_in(table["row"], firsts)).sort_by("row")
+
+    kept = _dedup_normalized(distinct, to_problem, stats)
+    stats.kept = len(kept)
+    return kept, stats
+
+
+def _drop_invalid(table: pa.Table, invalid_answers: tuple[str, ...], stats: DedupStats) -> pa.Table:
+    """Step 1: the rows whose problem and answer are both present (and the answer not a listed non-answer)."""
     bad_problem = _is_blank(table["p"])
     bad_answer = _is_blank(table["a"])
     if invalid_answers and (pa.types.is_string(table["a"].type) or pa.types.is_large_string(table["a"].type)):
@@ -111,13 +124,14 @@ def dedup_problems(
         bad_answer = pc.or_(bad_answer, pc.fill_null(pc.is_in(trimmed, pa.array(invalid_answers)), False))
     stats.malformed += pc.sum(bad_problem).as_py() or 0
     stats.missing_answer += pc.sum(pc.and_(bad_answer, pc.invert(bad_problem))).as_py() or 0
-    table = table.filter(pc.invert(pc.or_(bad_problem, bad_answer)))
+    return table.filter(pc.invert(pc.or_(bad_problem, bad_answer)))
 
-    # Exact duplicates: group by the raw text, keep the first row of each group.
-    firsts = table.group_by(["p", "a"], use_threads=True).aggregate([("row", "min")])["row_min"]
-    stats.exact_duplicates = table.num_rows - len(firsts)
-    distinct = table.filter(pc.is_in(table["row"], firsts)).sort_by("row")
 
+def _dedup_normalized(
+    distinct: pa.Table, to_problem: Callable[[str], str | None] | None, stats: DedupStats
+) -> list[ProblemRow]:
+    """Step 3, on the exactly distinct rows: one row per normalised problem, in first-row order; a problem seen with
+    two different answers is dropped whole."""
     by_key: dict[str, list[ProblemRow]] = {}
     for p, a, sid, row in zip(
         distinct["p"].to_pylist(), distinct["a"].to_pylist(), distinct["id"].to_pylist(), distinct["row"].to_pylist()
@@ -139,8 +153,7 @@ def dedup_problems(
         stats.normalized_duplicates += len(rows) - 1
         kept.append(rows[0])
     kept.sort(key=lambda r: r.first_row)
-    stats.kept = len(kept)
-    return kept, stats
+    return kept
 
 
 def split_by_hash(rows: list[ProblemRow], test_size: int, seed: int) -> tuple[list[ProblemRow], list[ProblemRow]]:
