@@ -143,34 +143,14 @@ def plot_runs(
     labels = list(labels) if labels else [Path(p).parent.name or str(p) for p in paths]
     if len(labels) != len(paths):
         raise ValueError(f"{len(labels)} labels for {len(paths)} runs")
-    xk = x_key(x)
-    logs = {label: read_jsonl(p) for label, p in zip(labels, paths)}
-    if xk is not None:
-        without = [label for label, recs in logs.items() if not any(is_number(r.get(xk)) for r in recs)]
-        if without:
-            raise KeyError(f"x={x} reads {xk!r}, which runs {without} never logged")
-    points = {label: {k: points_against(recs, k, xk) for k in keys} for label, recs in logs.items()}
+    points = _read_points(dict(zip(labels, paths)), keys, x)
     data = {label: {k: (p[1], p[2]) for k, p in by_key.items()} for label, by_key in points.items()}
-    absent = [k for k in keys if not any(data[label][k][0] for label in labels)]
-    if absent:
-        raise KeyError(
-            f"no run logged {absent}; logged keys include e.g. "
-            f"{sorted(set().union(*(r.keys() for r in logs[labels[0]])))[:12]}"
-        )
     cols = min(len(keys), 3)
     rows = math.ceil(len(keys) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys):
         for label in labels:
-            steps, xs, values = points[label][key]
-            if not steps:
-                continue
-            sparse = len(steps) < 0.5 * (steps[-1] - steps[0] + 1)
-            line = ax.plot(
-                xs, values, marker="o" if sparse else None, ms=3, lw=1, alpha=0.4 if ema_weight else 1.0, label=label
-            )[0]
-            if ema_weight:
-                ax.plot(xs, ema(values, ema_weight), color=line.get_color(), lw=1.8)
+            _draw_run(ax, label, *points[label][key], ema_weight)
         if key.startswith("val-"):
             for name, value in (references or {}).items():
                 ax.axhline(value, color="gray", ls="--", lw=1, label=name)
@@ -185,6 +165,37 @@ def plot_runs(
         axes.flat[0].legend(fontsize=8)
     save_figure(fig, out)
     return data
+
+
+def _read_points(paths: Mapping[str, str | Path], keys: Sequence[str], x: str) -> dict[str, dict[str, tuple]]:
+    """{label: {key: (steps, x values, values)}} of each run's log (`paths` by label); KeyError for an x key a run
+    never logged or a key no run logged."""
+    xk = x_key(x)
+    logs = {label: read_jsonl(p) for label, p in paths.items()}
+    if xk is not None:
+        without = [label for label, recs in logs.items() if not any(is_number(r.get(xk)) for r in recs)]
+        if without:
+            raise KeyError(f"x={x} reads {xk!r}, which runs {without} never logged")
+    points = {label: {k: points_against(recs, k, xk) for k in keys} for label, recs in logs.items()}
+    absent = [k for k in keys if not any(by_key[k][0] for by_key in points.values())]
+    if absent:
+        first = next(iter(logs.values()))
+        raise KeyError(
+            f"no run logged {absent}; logged keys include e.g. {sorted(set().union(*(r.keys() for r in first)))[:12]}"
+        )
+    return points
+
+
+def _draw_run(ax, label: str, steps: list[int], xs: list[float], values: list[float], ema_weight: float | None) -> None:
+    """One run's line on a panel: markers where the metric is sparse, faded under its EMA when one is drawn."""
+    if not steps:
+        return
+    sparse = len(steps) < 0.5 * (steps[-1] - steps[0] + 1)
+    line = ax.plot(
+        xs, values, marker="o" if sparse else None, ms=3, lw=1, alpha=0.4 if ema_weight else 1.0, label=label
+    )[0]
+    if ema_weight:
+        ax.plot(xs, ema(values, ema_weight), color=line.get_color(), lw=1.8)
 
 
 def save_figure(fig, out: str | Path, title: str = "") -> Path:
