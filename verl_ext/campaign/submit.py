@@ -82,37 +82,20 @@ def submit_campaign(
     passes its driver's pre-flight check (`preflight`, see verl_ext/launch/job.py) before it is submitted."""
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
-    recipe = recipe_of(spec.entry)
+    requests = _checked_requests(recipe_of(spec.entry), plans, env_vars, python, preflight)
     local_dir = Path(local_root) / spec.name
     state = SubmitState.load(local_dir / STATE_FILE)
-    requests, configs = {}, {}
-    for run in plans:  # every request composed and checked once, all before the first submission
-        if not run.run_dir.is_absolute():
-            raise ValueError(f"the cluster out root must be absolute (shared storage), got run dir {run.run_dir}")
-        req = job.JobRequest(
-            recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}), python=python, preflight=preflight
-        )
-        requests[run.label], configs[run.label] = req, job.validate(req)
-
     skipped = [r.label for r in plans if state.get(r.label)["status"] == "SUCCEEDED"]
     for label in skipped:
         log(f"[campaign] {label}: succeeded earlier, skipped")
     queue = [r.label for r in plans if r.label not in skipped]
-    running: set[str] = set()
-    # Jobs submitted by a previous start of this script whose end it did not see (still running, or ended while it
-    # was down): follow them; the loop below collects those that have ended.
-    for label in list(queue):
-        entry = state.get(label)
-        if entry["status"] == "SUBMITTED" and _status(client, entry["submission_id"]) is not None:
-            running.add(label)
-            queue.remove(label)
-            log(f"[campaign] {label}: following {entry['submission_id']} from the previous start")
+    running = _follow_previous(client, state, queue, log)  # the loop below collects those that have ended
     succeeded, failed = [], {}
     while queue or running:
         while queue and len(running) < max_concurrent:
             label = queue.pop(0)
             running.add(label)
-            _submit(client, state, label, requests[label], configs[label], spec.name, log)
+            _submit(client, state, label, *requests[label], spec.name, log)
         time.sleep(poll_s)
         for label in sorted(running):
             entry = state.get(label)
@@ -120,11 +103,7 @@ def submit_campaign(
             if status in ACTIVE:
                 continue
             running.discard(label)
-            info = client.get_job_info(entry["submission_id"])
-            message = artifacts.strip(info.message)[-3000:]  # Ray's message ends with the log's tail
-            entry.update(status=status, message=message)
-            job.collect(client, entry["submission_id"], local_dir / label)
-            state.save()
+            message = _collect_ended(client, state, label, status, local_dir / label)
             if status == "SUCCEEDED":
                 succeeded.append(label)
                 log(f"[campaign] {label}: succeeded ({entry['submission_id']})")
@@ -132,6 +111,47 @@ def submit_campaign(
                 failed[label] = message or status
                 log(f"[campaign] {label}: {status} ({entry['submission_id']}): {message[-500:]}")
     return CampaignResult(succeeded, failed, skipped)
+
+
+def _checked_requests(
+    recipe: str, plans: list[RunPlan], env_vars: dict | None, python: str, preflight: str
+) -> dict[str, tuple]:
+    """{label: (job request, its checked config)}: every run's request composed and checked once, all before the
+    first submission."""
+    requests = {}
+    for run in plans:
+        if not run.run_dir.is_absolute():
+            raise ValueError(f"the cluster out root must be absolute (shared storage), got run dir {run.run_dir}")
+        req = job.JobRequest(
+            recipe, run.overrides, str(run.run_dir), env_vars=dict(env_vars or {}), python=python, preflight=preflight
+        )
+        requests[run.label] = (req, job.validate(req))
+    return requests
+
+
+def _follow_previous(client, state: SubmitState, queue: list[str], log: Callable[[str], None]) -> set[str]:
+    """The labels whose job a previous start of this script submitted and did not see end (still running, or ended
+    while it was down), taken out of `queue`: they are followed, not submitted again."""
+    running = set()
+    for label in list(queue):
+        entry = state.get(label)
+        if entry["status"] == "SUBMITTED" and _status(client, entry["submission_id"]) is not None:
+            running.add(label)
+            queue.remove(label)
+            log(f"[campaign] {label}: following {entry['submission_id']} from the previous start")
+    return running
+
+
+def _collect_ended(client, state: SubmitState, label: str, status: str, out_dir: Path) -> str:
+    """Record an ended job's status and Ray's message (which ends with the log's tail) in the state, collect its
+    outputs into `out_dir`; the message."""
+    entry = state.get(label)
+    info = client.get_job_info(entry["submission_id"])
+    message = artifacts.strip(info.message)[-3000:]
+    entry.update(status=status, message=message)
+    job.collect(client, entry["submission_id"], out_dir)
+    state.save()
+    return message
 
 
 def _status(client, submission_id: str) -> str | None:
