@@ -3,8 +3,8 @@ written as the generator writes its answers (``-0.62``, ``16/5``, ``32``), so a 
 ``\\boxed{}`` is graded as the ground truth is written.
 
 Why exact (``fractions.Fraction``, never float): ``0.1 + 0.2`` must come back ``0.3`` and ``-1 / -2`` as ``1/2``;
-a float calculator would hand the model ``0.30000000000000004``. ``calc`` is the example framework agents' tool
-(``verl_ext.agent.examples.agents_sdk_calc`` / ``langgraph_calc``): ``calculate``, or its error as text.
+a float calculator would hand the model ``0.30000000000000004``. The example framework agents' ``calc`` tool
+(``verl_ext.agent.examples.agents_sdk_calc`` / ``langgraph_calc``) calls ``calculate``.
 """
 
 from __future__ import annotations
@@ -47,16 +47,6 @@ def calculate(expr: str) -> str:
     if decimal:
         return format(Decimal(value.numerator) / Decimal(value.denominator), "f").rstrip("0").rstrip(".")
     return f"{value.numerator}/{value.denominator}"
-
-
-# The example framework agents' `calc` tool, wrapped by each framework's decorator: its name, signature and docstring
-# are the tool's name, parameters and description the model sees; an error comes back as the tool's text.
-def calc(expr: str) -> str:
-    """Evaluate arithmetic: + - * / and parentheses, on integers and decimals."""
-    try:
-        return calculate(expr)
-    except ValueError as e:
-        return f"error: {e}"
 
 
 def same_number(a: str, b: str) -> bool:

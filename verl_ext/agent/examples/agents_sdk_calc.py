@@ -1,7 +1,6 @@
 """The calculator task played by an agent written with the OpenAI Agents SDK (`pip install openai-agents`), unchanged:
-a function tool (`function_tool` over `calculator.calc`), an `Agent` on the SDK's chat-completions model,
-`Runner.run`. The runner around it only reads the task, turns the SDK's tracing export off (it would post traces to
-OpenAI) and posts the score.
+a function tool (`@function_tool`), an `Agent` on the SDK's chat-completions model, `Runner.run`. The runner around
+it only reads the task, turns the SDK's tracing export off (it would post traces to OpenAI) and posts the score.
 
     python -m verl_ext.agent.examples.agents_sdk_calc        (as external_agent.command)
 
@@ -28,9 +27,16 @@ from agents import (
 from openai import AsyncOpenAI, BadRequestError
 
 from verl_ext.agent.examples.score import answer_score, post_score, task
-from verl_ext.mathgen import calculator
+from verl_ext.mathgen.calculator import calculate
 
-calc = function_tool(calculator.calc)
+
+@function_tool
+def calc(expr: str) -> str:
+    """Evaluate arithmetic: + - * / and parentheses, on integers and decimals."""
+    try:
+        return calculate(expr)
+    except ValueError as e:
+        return f"error: {e}"
 
 
 def conversation(t: dict) -> list[dict] | str:

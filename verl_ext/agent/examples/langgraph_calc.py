@@ -1,6 +1,6 @@
 """The calculator task played by LangGraph's prebuilt ReAct agent (`pip install langgraph langchain-openai`),
-unchanged: a LangChain `tool` (over `calculator.calc`), `ChatOpenAI`, `create_react_agent`. The runner around it
-only reads the task and posts the score.
+unchanged: a LangChain `@tool`, `ChatOpenAI`, `create_react_agent`. The runner around it only reads the task and
+posts the score.
 
     python -m verl_ext.agent.examples.langgraph_calc        (as external_agent.command)
 
@@ -20,7 +20,7 @@ from langchain_openai import ChatOpenAI
 from openai import BadRequestError
 
 from verl_ext.agent.examples.score import answer_score, post_score, task
-from verl_ext.mathgen import calculator
+from verl_ext.mathgen.calculator import calculate
 
 with warnings.catch_warnings():  # langgraph 1.x points to langchain.agents.create_agent; the prebuilt one is kept
     warnings.simplefilter("ignore")
@@ -28,7 +28,13 @@ with warnings.catch_warnings():  # langgraph 1.x points to langchain.agents.crea
     from langgraph.prebuilt import create_react_agent
 
 
-calc = tool(calculator.calc)
+@tool
+def calc(expr: str) -> str:
+    """Evaluate arithmetic: + - * / and parentheses, on integers and decimals."""
+    try:
+        return calculate(expr)
+    except ValueError as e:
+        return f"error: {e}"
 
 
 def play(t: dict) -> str:
