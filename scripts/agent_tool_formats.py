@@ -10,7 +10,7 @@ import json
 import re
 
 from verl_ext.agent.gateway.toolcall import FORCED_CALL_OPENINGS
-from verl_ext.mathgen.task import DEMONSTRATION
+from verl_ext.mathgen.prompts import DEMONSTRATION
 from verl_ext.pretrained.smollm2 import DEFAULT_SYSTEM, LINE_TOOL_CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
 
 # `calculator`: the tool of the first runs; `calc`: the example framework agents' tool as the Agents SDK sends it

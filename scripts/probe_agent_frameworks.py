@@ -75,7 +75,7 @@ def capture_frameworks() -> dict:
     os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{start_canned_server(bodies)}/v1"
     os.environ["OPENAI_API_KEY"] = "probe"
     from verl_ext.agent.examples import agents_sdk_calc, langgraph_calc
-    from verl_ext.mathgen.task import DEMONSTRATION, INSTRUCTION
+    from verl_ext.mathgen.prompts import DEMONSTRATION, INSTRUCTION
 
     # the real preset's task row: the worked example, then the question
     task = {"prompt": [*DEMONSTRATION, {"role": "user", "content": f"What is 2 - -2? {INSTRUCTION}"}],

@@ -42,7 +42,7 @@ from agent_tool_formats import (
 
 from verl_ext.agent.gateway.toolcall import ToolCallCodec
 from verl_ext.mathgen.calculator import calculate, same_number
-from verl_ext.mathgen.task import INSTRUCTION
+from verl_ext.mathgen.prompts import INSTRUCTION
 
 # ---------------------------------------------------------------------------------------------- the oracle's call
 _N = r"(-?\d+(?:\.\d+)?)"
