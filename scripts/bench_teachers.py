@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import yaml
 
-from verl_ext.composer.teacher_servers import ServeSettings, TeacherServers, parse_model_arg
+from verl_ext.composer.teacher_servers.server import TeacherServers
+from verl_ext.composer.teacher_servers.settings import ServeSettings, parse_model_arg
 
 TOKENS = 64
 

@@ -49,7 +49,7 @@ def sample(mix: str, n_prompts: int, samples: int) -> list[dict]:
 
 def main(argv=None) -> None:
     from verl_ext.advantage.gram_mining import DEFAULT_MIN_DF, mine_grams
-    from verl_ext.mathgen.task import INSTRUCTION
+    from verl_ext.mathgen.prompts import INSTRUCTION
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--mix", default="steps")

@@ -24,26 +24,30 @@ from verl_ext.pretrained.smollm2 import LINE_TOOL_CHAT_TEMPLATE, TOOL_CHAT_TEMPL
 TEMPLATES = {"hermes": TOOL_CHAT_TEMPLATE, "line": LINE_TOOL_CHAT_TEMPLATE}
 
 
-def capture_frameworks() -> dict:
-    """The example agents, unchanged, against a canned server on 127.0.0.1: the request bodies they send."""
-    from aiohttp import web
+def canned_reply(body: dict) -> dict:
+    """The canned server's chat completion: a `calc` call first, the final answer once a tool result is in the chat."""
+    if not any(m["role"] == "tool" for m in body["messages"]):
+        args = json.dumps({"expr": "2 - -2"})
+        msg = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": args}}]}  # fmt: skip
+        finish = "tool_calls"
+    else:
+        msg, finish = {"role": "assistant", "content": "The final answer is \\boxed{4}."}, "stop"
+    return {
+        "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "policy",
+        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
 
-    bodies: list[dict] = []
+
+def start_canned_server(bodies: list[dict]) -> int:
+    """A chat completions server on a free port of 127.0.0.1, in a daemon thread: it appends each request's body to
+    `bodies` and answers with `canned_reply`. Returns the port."""
+    from aiohttp import web
 
     async def chat(req):
         body = await req.json()
         bodies.append(body)
-        if not any(m["role"] == "tool" for m in body["messages"]):
-            args = json.dumps({"expr": "2 - -2"})
-            msg = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": args}}]}  # fmt: skip
-            finish = "tool_calls"
-        else:
-            msg, finish = {"role": "assistant", "content": "The final answer is \\boxed{4}."}, "stop"
-        return web.json_response({
-            "id": "c", "object": "chat.completion", "created": int(time.time()), "model": "policy",
-            "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})  # fmt: skip
+        return web.json_response(canned_reply(body))
 
     ready, port = threading.Event(), {}
 
@@ -62,10 +66,16 @@ def capture_frameworks() -> dict:
 
     threading.Thread(target=serve, daemon=True).start()
     ready.wait(10)
-    os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port['p']}/v1"
+    return port["p"]
+
+
+def capture_frameworks() -> dict:
+    """The example agents, unchanged, against a canned server on 127.0.0.1: the request bodies they send."""
+    bodies: list[dict] = []
+    os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{start_canned_server(bodies)}/v1"
     os.environ["OPENAI_API_KEY"] = "probe"
     from verl_ext.agent.examples import agents_sdk_calc, langgraph_calc
-    from verl_ext.mathgen.task import DEMONSTRATION, INSTRUCTION
+    from verl_ext.mathgen.prompts import DEMONSTRATION, INSTRUCTION
 
     # the real preset's task row: the worked example, then the question
     task = {"prompt": [*DEMONSTRATION, {"role": "user", "content": f"What is 2 - -2? {INSTRUCTION}"}],

@@ -2,14 +2,14 @@
 tool-call format? HF transformers only (no vLLM, no Ray, no gateway process); measured for docs/AGENT_REAL_MODEL.md.
 
 The held-out questions of the real preset's task (``mathgen`` mix ``arithmetic``, validation split, the first
---questions rows) are asked with a calculator tool rendered into the prompt in each tool-call format (``FORMATS``),
-with and without one worked tool-call exchange before the question, greedy and at --temperature (--samples samples a
-question). Per reply: does the format's lenient reading find a call (``parse_reply``), does the gateway's own codec
-read it (`ToolCallCodec` with the format's parser: verl's ``hermes``, the project's ``line``), does the call evaluate
-to the gold answer, and, with the calculator's result appended as the template's tool turn (the reply cut after its
-first call), does the model then box the right answer (the project's math reward). ``oracle``: the same second turn
-after a correct call (the question's own expression) and its correct result. The example agents' requests and their
-token costs are `probe_agent_frameworks.py`'s.
+--questions rows) are asked with a calculator tool rendered into the prompt in each tool-call format (``FORMATS``:
+agent_tool_formats.py), with and without one worked tool-call exchange before the question, greedy and at
+--temperature (--samples samples a question). Per reply: does the format's lenient reading find a call
+(``parse_reply``), does the gateway's own codec read it (`ToolCallCodec` with the format's parser: verl's ``hermes``,
+the project's ``line``), does the call evaluate to the gold answer, and, with the calculator's result appended as the
+template's tool turn (the reply cut after its first call), does the model then box the right answer (the project's
+math reward). ``oracle``: the same second turn after a correct call (the question's own expression) and its correct
+result. The example agents' requests and their token costs are `probe_agent_frameworks.py`'s.
 
     python scripts/probe_agent_tools.py --out outputs/probe_agent_tools.json [--tool calc] [--formats line]
     python scripts/probe_agent_tools.py --resummarize A.json B.json --out merged.json   # recount, no model
@@ -28,82 +28,21 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from verl_ext.agent.gateway.toolcall import FORCED_CALL_OPENINGS, ToolCallCodec
+from agent_tool_formats import (
+    FORMATS,
+    TOOLS,
+    after_call,
+    call_message,
+    conversation,
+    parse_reply,
+    render,
+    split_format,
+    tool_schema,
+)
+
+from verl_ext.agent.gateway.toolcall import ToolCallCodec
 from verl_ext.mathgen.calculator import calculate, same_number
-from verl_ext.mathgen.task import DEMONSTRATION, INSTRUCTION
-from verl_ext.pretrained.smollm2 import DEFAULT_SYSTEM, LINE_TOOL_CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
-
-# `calculator`: the tool of the first runs; `calc`: the example framework agents' tool as the Agents SDK sends it
-# (scripts/probe_agent_frameworks.py), the one the agent preset's prompts call
-_PARAMS = {"type": "object", "required": ["expression"], "properties": {"expression": {"type": "string"}}}
-TOOLS = {
-    "calculator": ("calculator", "expression", "Evaluate an arithmetic expression (+ - * / and parentheses, integers "
-                   "and decimals).", _PARAMS),
-    "calc": ("calc", "expr", "Evaluate arithmetic: + - * / and parentheses, on integers and decimals.",
-             {"properties": {"expr": {"title": "Expr", "type": "string"}}, "required": ["expr"], "title": "calc_args",
-              "type": "object", "additionalProperties": False}),
-}  # fmt: skip
-
-# SmolLM2's own function-calling prompt (the APIGen format of its SFT data, as the public Ollama template for SmolLM2
-# renders it): a JSON list of calls inside one <tool_call> block; without tools, the released template.
-_APIGEN_SYSTEM = (
-    "You are an expert in composing functions. You are given a question and a set of possible functions.\\n"
-    "Based on the question, you will need to make one or more function/tool calls to achieve the purpose.\\n"
-    "If none of the functions can be used, point it out and refuse to answer.\\n"
-    "If the given question lacks the parameters required by the function, also point it out.\\n\\n"
-    "You have access to the following tools:\\n<tools>"
-)
-_APIGEN_FORMAT = (
-    "</tools>\\n\\nThe output MUST strictly adhere to the following format, and NO other text MUST be included.\\n"
-    "The example format is as follows. Please make sure the parameter type is correct. If no function call is "
-    "needed, please make the tool calls an empty list \\'[]\\'.\\n<tool_call>[\\n"
-    '{\\"name\\": \\"func_name1\\", \\"arguments\\": '
-    '{\\"argument1\\": \\"value1\\", \\"argument2\\": \\"value2\\"}},\\n'
-    "(more tool calls as required)\\n]</tool_call>"
-)
-APIGEN_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}{%- set rest = messages[1:] %}"
-    "{%- else %}{%- set system = '" + DEFAULT_SYSTEM + "' %}{%- set rest = messages %}{%- endif %}"
-    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}{{- system + '\\n\\n' }}"
-    "{%- endif %}{{- '" + _APIGEN_SYSTEM + "' + (tools | tojson) + '" + _APIGEN_FORMAT + "<|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>system\\n' + system + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- for message in rest %}{%- if message['role'] == 'assistant' and message['tool_calls'] %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') + '<tool_call>[' }}"
-    "{%- for tc in message['tool_calls'] %}{%- set f = tc['function'] %}{%- if not loop.first %}{{- ',' }}{%- endif %}"
-    "{{- '\\n{\"name\": \"' + f['name'] + '\", \"arguments\": ' + (f['arguments'] | tojson) + '}' }}{%- endfor %}"
-    "{{- '\\n]</tool_call><|im_end|>\\n' }}{%- elif message['role'] == 'tool' %}"
-    "{{- '<|im_start|>user\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{%- endif %}"
-    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-# format -> (chat template, the gateway's tool parser); `none`: the released template, no tool, and (with a demo)
-# the task's own worked exchange: the prompt of the 0.167 greedy baseline
-FORMATS = {
-    "hermes": (TOOL_CHAT_TEMPLATE, "hermes"),
-    "apigen": (APIGEN_TEMPLATE, "hermes"),
-    "line": (LINE_TOOL_CHAT_TEMPLATE, "line"),
-    "none": (None, "hermes"),
-}
-# A call forced as the gateway meets tool_choice: the opening is appended to the prompt and the model writes the
-# rest. `+required` / `+named`: the gateway's own openings; `+named_space`: the named opening as it was before it
-# stopped ending in a lone space token; `line+forced`: the line format's `<tool>: `.
-OPENINGS = {"required": "{required}", "named": "{named}", "named_space": "{named} ", "forced": "{tool}: "}
-
-
-def split_format(name: str, tool: str) -> tuple[str, str]:
-    """(format, forced opening) of a --formats entry."""
-    fmt, _, forced = name.partition("+")
-    if fmt not in FORMATS or (forced and forced not in OPENINGS):
-        raise SystemExit(f"unknown format {name!r}: {list(FORMATS)}, optionally +{'/+'.join(OPENINGS)}")
-    required, named = FORCED_CALL_OPENINGS["hermes"]
-    fill = {"required": required, "named": named.format(name=json.dumps(tool)), "tool": tool}
-    return fmt, OPENINGS[forced].format(**fill) if forced else ""
-
-
-def tool_schema(tool: str) -> dict:
-    name, _, description, params = TOOLS[tool]
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
-
+from verl_ext.mathgen.prompts import INSTRUCTION
 
 # ---------------------------------------------------------------------------------------------- the oracle's call
 _N = r"(-?\d+(?:\.\d+)?)"
@@ -139,63 +78,6 @@ def question_expression(question: str, gold: str) -> str | None:
         return expr if same_number(calculate(expr), gold) else None
     except ValueError:
         return None
-
-
-# ---------------------------------------------------------------------------------------------- reading replies
-def parse_reply(fmt: str, text: str, tool: str) -> tuple[str | None, int | None, bool]:
-    """(expression, end of the call in `text`, attempted) of the first call, read leniently: hermes and apigen any
-    `<tool_call>` JSON block naming the tool (a list or an object), line any line `<tool>: ...` in any case."""
-    if fmt == "line":
-        m = re.search(rf"^\s*{re.escape(tool)}\s*:\s*(.+?)\s*$", text, re.MULTILINE | re.IGNORECASE)
-        return (m.group(1), m.end(), True) if m else (None, None, False)
-    m = re.search(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL) if fmt != "none" else None
-    if not m:
-        return None, None, fmt != "none" and "<tool_call>" in text
-    try:
-        calls = json.loads(m.group(1))
-    except json.JSONDecodeError:
-        return None, m.end(), True
-    for c in calls if isinstance(calls, list) else [calls]:
-        args = c.get("arguments") if isinstance(c, dict) and c.get("name") == tool else None
-        if isinstance(args, dict) and args and isinstance(v := next(iter(args.values())), str | int | float):
-            return str(v), m.end(), True
-    return None, m.end(), True
-
-
-# ---------------------------------------------------------------------------------------------- prompts
-def conversation(fmt: str, demo: bool, question: str, tool: str) -> list[dict]:
-    """The chat: one worked exchange (`What is 2 + 2?` -> a call -> 4 -> the answer; for `none` the task's own
-    DEMONSTRATION) when `demo`, then the question."""
-    ask = [{"role": "user", "content": question}]
-    if not demo:
-        return ask
-    if fmt == "none":
-        return [dict(m) for m in DEMONSTRATION] + ask
-    call = [call_message("2 + 2", tool)]
-    return [DEMONSTRATION[0], {"role": "assistant", "content": "", "tool_calls": call},
-            {"role": "tool", "tool_call_id": "call_0", "content": "4"}, DEMONSTRATION[1], *ask]  # fmt: skip
-
-
-def call_message(expr: str, tool: str) -> dict:
-    name, param = TOOLS[tool][:2]
-    return {"id": "call_0", "type": "function", "function": {"name": name, "arguments": {param: expr}}}
-
-
-def render(tok, fmt: str, messages: list[dict], tool: str, generation: bool = True) -> str:
-    template = FORMATS[fmt][0]
-    if template is None:  # the released template, no tools
-        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation)
-    return tok.apply_chat_template(messages, tools=[tool_schema(tool)], chat_template=template, tokenize=False,
-                                   add_generation_prompt=generation)  # fmt: skip
-
-
-def after_call(tok, fmt: str, messages: list[dict], expr: str, result: str, tool: str) -> str:
-    """What the template adds after an assistant call for the tool's result, up to the generation prompt."""
-    call = {"role": "assistant", "content": "", "tool_calls": [call_message(expr, tool)]}
-    before = render(tok, fmt, messages + [call], tool, generation=False)
-    after = render(tok, fmt, messages + [call, {"role": "tool", "tool_call_id": "call_0", "content": result}], tool)
-    assert after.startswith(before), "the template does not render a tool turn as a suffix"
-    return after[len(before) :]
 
 
 # ---------------------------------------------------------------------------------------------- generation
@@ -236,6 +118,35 @@ def grade(reply: str, gold: str) -> dict:
     return {"boxed": not r["no_answer"], "correct": r["score"] == 1.0, "pred": r.get("pred", "")}
 
 
+def read_first_turn(q: int, text: str, read, fmt: str, tool: str, gold: str) -> tuple[dict, int | None]:
+    """One first-turn reply: its first call read leniently and by the gateway's codec (`read`), and what the call
+    evaluates to, or the reply's own grade when it makes none; with the end of that call in `text`."""
+    expr, end, attempted = parse_reply(fmt, text, TOOLS[tool][0])
+    row = {"q": q, "reply": text, "expr": expr, "attempted": attempted, "gateway_calls": len(read.tool_calls),
+           "gateway_faults": dict(read.faults)}  # fmt: skip
+    row["direct"] = grade(text, gold) if expr is None else None
+    if expr is not None:
+        try:
+            row["result"] = calculate(expr)
+            row["expr_ok"] = same_number(row["result"], gold)
+        except ValueError as e:
+            row["result"], row["expr_ok"] = f"error: {e}", False
+    return row, end
+
+
+def oracle_turn(gen: Generator, fmt: str, tool: str, convs, items, n: int, temperature: float, args) -> list[dict]:
+    """A correct call (the question's own expression) and its correct result, then the model's answer, graded."""
+    oracle_items = [(q, it) for q, it in enumerate(items) if it["expr"]]
+    right = [[{"role": "assistant", "content": "", "tool_calls": [call_message(it["expr"], tool)]},
+              {"role": "tool", "tool_call_id": "call_0", "content": it["gold"]}] for _, it in oracle_items]  # fmt: skip
+    oracle_prompts = [render(gen.tok, fmt, convs[q] + r, tool) for (q, _), r in zip(oracle_items, right)]
+    oracle = []
+    for k, ids in enumerate(gen.generate(oracle_prompts, n, temperature, args.answer_max_new_tokens, args.batch_size)):
+        text = gen.tok.decode(ids, skip_special_tokens=True)
+        oracle.append({"q": oracle_items[k // n][0], "reply": text, **grade(text, oracle_items[k // n][1]["gold"])})
+    return oracle
+
+
 def run_condition(gen: Generator, name: str, demo: bool, decoding: str, items, args) -> dict:
     fmt, opening = split_format(name, TOOLS[args.tool][0])
     tok, tool = gen.tok, args.tool
@@ -248,23 +159,12 @@ def run_condition(gen: Generator, name: str, demo: bool, decoding: str, items, a
     first = gen.generate([p + opening for p in prompts], n, temperature, args.max_new_tokens, args.batch_size)
     rows, second_prompts, second_rows = [], [], []
     for k, ids in enumerate(first):
-        q = k // n
-        it, text = items[q], opening + tok.decode(ids, skip_special_tokens=True)
-        expr, end, attempted = parse_reply(fmt, text, TOOLS[tool][0])
+        q, text = k // n, opening + tok.decode(ids, skip_special_tokens=True)
         read = loop.run_until_complete(codec.parse(ids, [tool_schema(tool)], "auto", (), opening))
-        row = {"q": q, "reply": text, "expr": expr, "attempted": attempted, "gateway_calls": len(read.tool_calls),
-               "gateway_faults": dict(read.faults)}  # fmt: skip
-        row["direct"] = grade(text, it["gold"]) if expr is None else None
-        if expr is not None:
-            try:
-                row["result"] = calculate(expr)
-                row["expr_ok"] = same_number(row["result"], it["gold"])
-            except ValueError as e:
-                row["result"], row["expr_ok"] = f"error: {e}", False
-            # the prompt, the reply cut after its first call, end of turn, the template's tool turn
-            cut = text[:end]
-            second_prompts.append(prompts[q] + cut + "<|im_end|>" + after_call(tok, fmt, convs[q], expr, row["result"],
-                                                                               tool))  # fmt: skip
+        row, end = read_first_turn(q, text, read, fmt, tool, items[q]["gold"])
+        if row["expr"] is not None:  # the prompt, the reply cut after its first call, end of turn, the tool turn
+            tool_turn = after_call(tok, fmt, convs[q], row["expr"], row["result"], tool)
+            second_prompts.append(prompts[q] + text[:end] + "<|im_end|>" + tool_turn)
             second_rows.append(row)
         rows.append(row)
     loop.close()
@@ -272,15 +172,8 @@ def run_condition(gen: Generator, name: str, demo: bool, decoding: str, items, a
     for row, ids in zip(second_rows, finals, strict=True):
         row["final"] = tok.decode(ids, skip_special_tokens=True)
         row["final_grade"] = grade(row["final"], items[row["q"]]["gold"])
-    # oracle: a correct call and its correct result, then the model's answer (a forced opening changes nothing there)
-    oracle_items = [(q, it) for q, it in enumerate(items) if it["expr"] and not opening and FORMATS[fmt][0]]
-    right = [[{"role": "assistant", "content": "", "tool_calls": [call_message(it["expr"], tool)]},
-              {"role": "tool", "tool_call_id": "call_0", "content": it["gold"]}] for _, it in oracle_items]  # fmt: skip
-    oracle_prompts = [render(tok, fmt, convs[q] + r, tool) for (q, _), r in zip(oracle_items, right)]
-    oracle = []
-    for k, ids in enumerate(gen.generate(oracle_prompts, n, temperature, args.answer_max_new_tokens, args.batch_size)):
-        text = tok.decode(ids, skip_special_tokens=True)
-        oracle.append({"q": oracle_items[k // n][0], "reply": text, **grade(text, oracle_items[k // n][1]["gold"])})
+    # the oracle's second turn (a forced opening changes nothing there)
+    oracle = oracle_turn(gen, fmt, tool, convs, items, n, temperature, args) if not opening and FORMATS[fmt][0] else []
     return {
         "format": name, "tool": tool, "demo": demo, "decoding": decoding, "temperature": temperature,
         "samples_per_question": n, "seconds": round(time.perf_counter() - t0, 1),

@@ -176,7 +176,7 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSON with every site")
     p.add_argument("--questions", type=int, default=32, help="training-split questions of the real task")
@@ -185,56 +185,79 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=None, help="default: the real preset's actor lr")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def load_student(seed: int, threads: int):
+    """The released model in float32 and its tokenizer (left padding, for batched generation)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from verl_ext.pretrained.smollm2 import ensure_smollm2
 
-    torch.manual_seed(a.seed)
-    torch.set_num_threads(a.threads)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
     model_dir = ensure_smollm2()
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    temperature = REAL.value("actor_rollout_ref.rollout.temperature")
-    lr = a.lr if a.lr is not None else REAL.value("actor_rollout_ref.actor.optim.lr")
-    t0 = time.time()
-    rows = sample_groups(model, tok, load_questions(a.questions, "train"), a.group, temperature,
-                         REAL.value("data.max_response_length"), batch=4)  # fmt: skip
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval(), tok
+
+
+def group_counts(rows: list[dict]) -> dict:
+    """Accuracy over the sampled responses, and how many question groups are mixed and all wrong."""
     by_uid: dict[str, list[float]] = {}
     for r in rows:
         by_uid.setdefault(r["uid"], []).append(r["acc"])
-    report = {"questions": a.questions, "group": a.group, "temperature": temperature, "lr": lr,
-              "accuracy": statistics.mean(r["acc"] for r in rows),
-              "groups_mixed": sum(0 < sum(v) < len(v) for v in by_uid.values()),
-              "groups_all_wrong": sum(sum(v) == 0 for v in by_uid.values())}  # fmt: skip
-    for form in ("reference", "sibling"):
-        sites = measure_sites(model, tok, rows, sibling=form == "sibling")
-        with_answer = [s for s in sites if "right_teacher" in s]
-        gains = [s["right_teacher"] - s["right_student"] for s in with_answer]
-        report[form] = {
-            "error_sites": len(sites),
-            "sites_with_sibling": sum(s["hint_kind"] == "sibling_solution" for s in sites),
-            "sites_with_boxed_answer": len(with_answer),
-            "right_answer_logp_gain_median": median(gains),
-            "right_answer_teacher_higher": sum(g > 0 for g in gains),
-            "term_mean_median": median([s["term_mean"] for s in sites]),
-            "term_answer_median": median([s.get("term_answer") for s in sites]),
-        }
-        say(f"{form}: {json.dumps(report[form])}")
-        if form == "reference":
-            ref_sites = with_answer
-    # Half of the questions train, the other half's sites are held out: a held-out site shares no prompt with a
-    # trained one, so a change there is the loss generalising, not the same question seen again.
+    return {"accuracy": statistics.mean(r["acc"] for r in rows),
+            "groups_mixed": sum(0 < sum(v) < len(v) for v in by_uid.values()),
+            "groups_all_wrong": sum(sum(v) == 0 for v in by_uid.values())}  # fmt: skip
+
+
+def form_counts(sites: list[dict]) -> dict:
+    """One hint form's error sites: siblings, boxed answers, and the teacher's gain on the right answer."""
+    with_answer = [s for s in sites if "right_teacher" in s]
+    gains = [s["right_teacher"] - s["right_student"] for s in with_answer]
+    return {
+        "error_sites": len(sites),
+        "sites_with_sibling": sum(s["hint_kind"] == "sibling_solution" for s in sites),
+        "sites_with_boxed_answer": len(with_answer),
+        "right_answer_logp_gain_median": median(gains),
+        "right_answer_teacher_higher": sum(g > 0 for g in gains),
+        "term_mean_median": median([s["term_mean"] for s in sites]),
+        "term_answer_median": median([s.get("term_answer") for s in sites]),
+    }
+
+
+def train_and_remeasure(model, tok, ref_sites: list[dict], steps: int, lr: float, report: dict) -> None:
+    """Train on half of the questions' sites, then measure the right answer at every site again (into `report`).
+    A held-out site shares no prompt with a trained one, so a change there is the loss generalising, not the same
+    question seen again."""
     train_uids = {u for i, u in enumerate(sorted({s["uid"] for s in ref_sites}, key=int)) if i % 2 == 0}
     trained = [s for s in ref_sites if s["uid"] in train_uids]
     held = [s for s in ref_sites if s["uid"] not in train_uids]
-    losses = train_on_sites(model, tok, trained, a.steps, lr)
+    losses = train_on_sites(model, tok, trained, steps, lr)
     for name, group in (("trained", trained), ("held_out", held)):
         after = [answer_logp(model, tok, s["row"]["context"], *s["split"], None) - s["right_student"] for s in group]
         report[f"moved_{name}"] = {"sites": len(group), "right_answer_logp_change_median": median(after),
                                    "increased": sum(x > 0 for x in after)}  # fmt: skip
     report["channel_loss"] = losses
+
+
+def main() -> None:
+    a = parse_args()
+    model, tok = load_student(a.seed, a.threads)
+    temperature = REAL.value("actor_rollout_ref.rollout.temperature")
+    lr = a.lr if a.lr is not None else REAL.value("actor_rollout_ref.actor.optim.lr")
+    t0 = time.time()
+    rows = sample_groups(model, tok, load_questions(a.questions, "train"), a.group, temperature,
+                         REAL.value("data.max_response_length"), batch=4)  # fmt: skip
+    report = {"questions": a.questions, "group": a.group, "temperature": temperature, "lr": lr, **group_counts(rows)}
+    for form in ("reference", "sibling"):
+        sites = measure_sites(model, tok, rows, sibling=form == "sibling")
+        report[form] = form_counts(sites)
+        say(f"{form}: {json.dumps(report[form])}")
+        if form == "reference":
+            ref_sites = [s for s in sites if "right_teacher" in s]
+    train_and_remeasure(model, tok, ref_sites, a.steps, lr, report)
     report["seconds"] = round(time.time() - t0)
     for s in ref_sites:
         s.pop("row", None), s.pop("split", None)

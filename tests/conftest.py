@@ -129,10 +129,11 @@ def ray_cpu():
 def served_teachers(monkeypatch):
     """What `scripts/serve_teachers.py ... -- COMMAND` gives its command, without starting a server: two teachers in
     the environment, read by `${served_teachers:}` (the Composer's real presets and campaign take theirs so)."""
-    from verl_ext.composer import teacher_env, teacher_servers
+    from verl_ext.composer.teacher_servers import env as teacher_env
+    from verl_ext.composer.teacher_servers.settings import ServeSettings, pool_entries
 
     served = [("released", "http://127.0.0.1:8001/v1"), ("trained", "http://127.0.0.1:8002/v1")]
-    entries = teacher_servers.pool_entries(served, teacher_servers.ServeSettings())
+    entries = pool_entries(served, ServeSettings())
     monkeypatch.setenv(teacher_env.TEACHERS_ENV, teacher_env.encode(entries))
     return entries
 

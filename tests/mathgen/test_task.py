@@ -14,7 +14,7 @@ import pytest
 
 from data_preprocess.dedup import ProblemRow
 from data_preprocess.verl_schema import verl_table
-from verl_ext.mathgen import task
+from verl_ext.mathgen import prompts, task
 from verl_ext.reward.math_reward import compute_score
 
 NUM = len(task.MODULES)
@@ -66,10 +66,10 @@ def test_schema_matches_verl_rows_and_reads_back_with_the_expected_types(tmp_pat
         assert row["data_source"] == "mathgen/" + info["module"]
         assert row["ability"] == "math"
         *shown, message = row["prompt"]
-        assert [dict(m) for m in shown] == [dict(m) for m in task.DEMONSTRATION]
+        assert [dict(m) for m in shown] == [dict(m) for m in prompts.DEMONSTRATION]
         assert [m["role"] for m in shown] == ["user", "assistant"] and "\\boxed{4}" in shown[1]["content"]
         assert message["role"] == "user"
-        assert message["content"] == info["question"] + " " + task.INSTRUCTION
+        assert message["content"] == info["question"] + " " + prompts.INSTRUCTION
         assert info["question"] not in shown[0]["content"]
         assert row["reward_model"]["style"] == "rule"
         assert isinstance(row["reward_model"]["ground_truth"], str) and row["reward_model"]["ground_truth"]
@@ -203,7 +203,7 @@ def test_cli_writes_both_splits_and_prints_counts_and_baselines(tmp_path, capsys
 
 def test_the_steps_mix_starts_every_prompt_with_the_worked_demonstration_and_never_asks_its_questions(tmp_path):
     mix = task.get_mix("steps")
-    asked = task.demonstration_questions(mix.demonstration)
+    asked = prompts.demonstration_questions(mix.demonstration)
     assert asked == ["Solve 3*x + 2 = 14 for x.", "What is 7 - (2 + 3)?"]
     # a split drawn with the demonstration's questions already "seen" is what write_split draws: none of them
     train, val = task.write_task(tmp_path, 64, 16, seed=0, modules=mix.modules, demonstration=mix.demonstration)
@@ -212,7 +212,7 @@ def test_the_steps_mix_starts_every_prompt_with_the_worked_demonstration_and_nev
         assert set(df["data_source"]) == {"mathgen/algebra__linear_1d", "mathgen/arithmetic__add_sub_multiple"}
         for _, row in df.iterrows():
             *shown, message = row["prompt"]
-            assert [dict(m) for m in shown] == [dict(m) for m in task.WORKED_DEMONSTRATION]
+            assert [dict(m) for m in shown] == [dict(m) for m in prompts.WORKED_DEMONSTRATION]
             assert row["extra_info"]["question"] not in asked
     with pytest.raises(ValueError, match="mix must be one of"):
         task.get_mix("nope")
@@ -229,6 +229,6 @@ def test_a_demonstration_question_drawn_by_the_generator_is_redrawn():
             self.question, self.answer = q, 2
 
     item = task._draw_new(
-        lambda: Problem(next(draws)), module, set(task.demonstration_questions(task.WORKED_DEMONSTRATION)), 0.0
+        lambda: Problem(next(draws)), module, set(prompts.demonstration_questions(prompts.WORKED_DEMONSTRATION)), 0.0
     )
     assert item.question == "Solve 2*y = 4 for y."

@@ -300,7 +300,7 @@ def test_line_call_demonstration_is_the_templates_rendering_of_a_call_and_its_re
     """mathgen's `arithmetic_calc` prompts carry the worked exchange as plain turns (the frameworks send role and
     content only): they render exactly as the template renders a `calc` call and its result."""
     from verl_ext.agent.examples import agents_sdk_calc
-    from verl_ext.mathgen.task import CALC_TOOL, LINE_CALL_DEMONSTRATION
+    from verl_ext.mathgen.prompts import CALC_TOOL, LINE_CALL_DEMONSTRATION
 
     demo = [dict(m) for m in LINE_CALL_DEMONSTRATION]
     as_tool_turns = [demo[0], call_message(), {"role": "tool", "tool_call_id": "call_1", "content": "4"}, demo[3]]
@@ -313,7 +313,7 @@ def test_framework_shaped_line_episode_is_token_true_on_the_line_template(with_l
     """The two-round episode above in the line format, after the task's worked exchange, with the Agents SDK's tool
     schema: one extended segment, token for token the line template's rendering of the conversation (the call line
     and the `Result:` turn included)."""
-    from verl_ext.mathgen.task import LINE_CALL_DEMONSTRATION
+    from verl_ext.mathgen.prompts import LINE_CALL_DEMONSTRATION
 
     prompt = [dict(m) for m in LINE_CALL_DEMONSTRATION] + ASK
     tokens = check_two_round_episode(with_line_tools, "line", "calc: 2 - -2", SDK_CALC, prompt)

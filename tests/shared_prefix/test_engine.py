@@ -30,7 +30,7 @@ TEMPERATURE = 0.6
 def real():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl_ext.mathgen.task import prompt_messages
+    from verl_ext.mathgen.prompts import prompt_messages
     from verl_ext.pretrained.smollm2 import ensure_smollm2
 
     path = ensure_smollm2()

@@ -16,9 +16,9 @@ sampled-token SDPO term, in verl_ext/advantage/grpo_composer.py):
     rows           extra rows in verl's padded layout, padded to whole worker batches
     teacher_pool   parallel, cached, capped, fault-tolerant OpenAI-compatible teacher queries
     teacher_servers  real LM teachers: one vLLM OpenAI server per model on CPU, started, awaited, stopped (not
-                   imported here: `python scripts/serve_teachers.py`)
-    teacher_env    the served teachers handed to a command (`serve_teachers.py ... -- COMMAND`) and read back by
-                   `${served_teachers:}`
+                   imported here: `python scripts/serve_teachers.py`): settings, processes, server, cli, and env
+                   (the served teachers handed to a command, `serve_teachers.py ... -- COMMAND`, and read back by
+                   `${served_teachers:}`)
     disagreement   teacher answers -> DPO pairs, JSONL writer/reader; a step's prompt groups and their step records;
                    the channel's running counts (agreement, pairs built)
     hints          error sites (env step metadata, error_kind, acc), hint templates, teacher rows and their alignment

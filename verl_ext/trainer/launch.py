@@ -54,9 +54,9 @@ def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | 
 
 def _served_teachers():
     """`${served_teachers:}`: the Composer's teachers that `scripts/serve_teachers.py ... -- COMMAND` started for this
-    command (verl_ext/composer/teacher_env.py), for `composer.replay.teacher_pool.teachers` (a ListConfig: a
+    command (verl_ext/composer/teacher_servers/env.py), for `composer.replay.teacher_pool.teachers` (a ListConfig: a
     resolver may not return a plain list)."""
-    from verl_ext.composer.teacher_env import served_teachers
+    from verl_ext.composer.teacher_servers.env import served_teachers
 
     return OmegaConf.create(served_teachers())
 

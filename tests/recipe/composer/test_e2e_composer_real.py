@@ -30,9 +30,9 @@ from omegaconf import OmegaConf
 
 from tests.composer.conftest import alive, descendants, port_free
 from tests.conftest import e2e_config, run_task_runner
-from verl_ext.composer import teacher_env
-from verl_ext.composer import teacher_servers as ts
 from verl_ext.composer.teacher_pool import TeacherConfig, TeacherPool, TeacherPoolConfig, TeacherRequest
+from verl_ext.composer.teacher_servers import env as teacher_env
+from verl_ext.composer.teacher_servers import settings as ts
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e

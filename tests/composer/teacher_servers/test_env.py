@@ -1,6 +1,6 @@
-"""Served teachers handed to a command (verl_ext/composer/teacher_env.py): the variable, the `${served_teachers:}`
-resolver through the Composer's config check, and the command's process, on real processes. The launcher's
-`-- COMMAND` mode with a real vLLM server runs in tests/recipe/composer/test_e2e_composer_real.py."""
+"""Served teachers handed to a command (verl_ext/composer/teacher_servers/env.py): the variable, the
+`${served_teachers:}` resolver through the Composer's config check, and the command's process, on real processes.
+The launcher's `-- COMMAND` mode with a real vLLM server runs in tests/recipe/composer/test_e2e_composer_real.py."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from verl_ext.composer import teacher_env as te
-from verl_ext.composer import teacher_servers as ts
+from verl_ext.composer.teacher_servers import env as te
+from verl_ext.composer.teacher_servers.settings import ServeSettings, pool_entries
 from verl_ext.config.errors import ConfigError
 
-ENTRIES = ts.pool_entries(
-    [("released", "http://127.0.0.1:8001/v1"), ("trained", "http://127.0.0.1:8002/v1")], ts.ServeSettings()
+ENTRIES = pool_entries(
+    [("released", "http://127.0.0.1:8001/v1"), ("trained", "http://127.0.0.1:8002/v1")], ServeSettings()
 )
 
 
@@ -60,17 +60,3 @@ def test_the_command_gets_the_teachers_and_its_exit_code_is_returned(tmp_path):
 def test_a_command_still_running_is_stopped():
     proc = te.start_command([sys.executable, "-c", "import time; time.sleep(300)"], ENTRIES)
     assert te.end_command(proc, grace_s=10) == -signal.SIGTERM
-
-
-def test_the_command_follows_the_first_double_dash():
-    assert ts.split_command(["--model", "released"]) == (["--model", "released"], [])
-    assert ts.split_command(["--model", "released", "--", "python", "-m", "x", "--", "y"]) == (
-        ["--model", "released"],
-        ["python", "-m", "x", "--", "y"],
-    )
-
-
-def test_a_double_dash_without_a_command_is_refused(capsys):
-    with pytest.raises(SystemExit) as exc:
-        ts.main(["--model", "released", "--"])
-    assert exc.value.code == 2 and "-- must be followed by a command" in capsys.readouterr().err

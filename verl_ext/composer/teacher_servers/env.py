@@ -1,6 +1,6 @@
 """Served teachers handed to a command through its environment: `serve_teachers.py ... -- COMMAND`.
 
-Why: the teacher launcher (teacher_servers.py) picks free ports, so a config written before the teachers start (a
+Why: the teacher launcher (cli.py) picks free ports, so a config written before the teachers start (a
 campaign spec, a script) cannot know their URLs. The launcher therefore runs the command itself once every teacher
 answers, with the teacher pool's list in the environment variable `TEACHERS_ENV` (JSON), and a config reads it with
 the `${served_teachers:}` resolver:
@@ -31,7 +31,7 @@ COMMAND_GRACE_S = 30.0  # SIGTERM -> SIGKILL for a command still running when th
 
 
 def encode(entries: Sequence[Mapping]) -> str:
-    """The pool's teacher entries (teacher_servers.pool_entries) as the variable's value."""
+    """The pool's teacher entries (settings.pool_entries) as the variable's value."""
     return json.dumps([dict(e) for e in entries])
 
 

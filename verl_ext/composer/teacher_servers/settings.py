@@ -1,0 +1,168 @@
+"""What the teacher launcher is told and what it prints: how each server runs (`ServeSettings`), the teachers to serve
+(`--model` values as `TeacherSpec`s, checked before anything starts), and the `composer.replay.teacher_pool.teachers`
+block that points the Composer at them. Nothing here starts a process or imports the process machinery.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+RELEASED = "released"  # --model value for SmolLM2-135M-Instruct as released
+POOL_KEY = "composer.replay.teacher_pool.teachers"  # where the rendered block goes in a Composer config
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def flag_name(field_name: str) -> str:
+    """The command-line flag of a ServeSettings field, without its dashes: `kv_cache_mib` -> `kv-cache-mib`."""
+    return field_name.replace("_", "-")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSettings:
+    """How each teacher server runs, and the pool settings printed with it. The defaults are the measured smallest
+    configuration that serves SmolLM2-135M beside training on 2 cores (docs/ALGORITHMS.md section 6).
+
+    dtype: vLLM's compute dtype (None: the CPU backend's rollout dtype, float32: this kind of CPU has no native bf16).
+    max_model_len: prompt + answer tokens per request; the real task's prompts are ~200 tokens.
+    kv_cache_mib: KV cache per server (SmolLM2-135M in float32: 46 KB a token, so 256 MiB holds ~5.8k tokens, five
+        full-length requests).
+    threads: torch/OpenMP threads of the engine (OMP_NUM_THREADS); 1 leaves the other core to training.
+    max_num_seqs: requests a server batches at once.
+    startup_timeout_s: per server, from its start until it answers.
+    timeout_s, max_tokens: the teacher pool's per-request timeout and answer cap written into the block (a CPU
+        teacher generates a few tokens per second beside training; the task's answers take 25-50 tokens).
+    """
+
+    dtype: str | None = None
+    max_model_len: int = 1024
+    kv_cache_mib: int = 256
+    threads: int = 1
+    max_num_seqs: int = 8
+    startup_timeout_s: float = 900.0
+    timeout_s: float = 300.0
+    max_tokens: int = 128
+    host: str = field(default="127.0.0.1", repr=False)
+
+    def __post_init__(self):
+        for name in ("max_model_len", "kv_cache_mib", "threads", "max_num_seqs", "max_tokens"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value > 0):
+                raise ValueError(f"--{flag_name(name)} must be a positive integer, got {value!r}")
+        for name in ("startup_timeout_s", "timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"--{flag_name(name)} must be > 0, got {getattr(self, name)!r}")
+        if self.max_tokens >= self.max_model_len:
+            raise ValueError(f"--max-tokens ({self.max_tokens}) must be below --max-model-len ({self.max_model_len})")
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """One teacher: its name (the served model name and the pool's teacher name) and its Hugging Face directory."""
+
+    name: str
+    model_dir: Path
+
+
+def parse_model_arg(value: str, resolve_released: Callable[[], Path] | None = None) -> TeacherSpec:
+    """`released`, `DIR`, `NAME=released` or `NAME=DIR` -> a checked TeacherSpec. Raises ValueError naming --model
+    before anything is started. The name defaults to `released` or the directory's name."""
+    name, sep, target = value.partition("=")
+    if not sep:
+        name, target = "", value
+    if not target:
+        raise ValueError(f"--model {value!r}: give a model directory or {RELEASED!r}")
+    if target == RELEASED:
+        if resolve_released is None:
+            from verl_ext.pretrained.smollm2 import ensure_smollm2
+
+            resolve_released = ensure_smollm2
+        model_dir = Path(resolve_released())
+        name = name or RELEASED
+    else:
+        model_dir = Path(target).expanduser().resolve()
+        problem = model_dir_problem(model_dir)
+        if problem:
+            raise ValueError(f"--model {value!r}: {problem}")
+        name = name or model_dir.name
+    if not _NAME.match(name):
+        raise ValueError(f"--model {value!r}: teacher name {name!r} must be letters, digits, '.', '_' or '-'")
+    return TeacherSpec(name, model_dir)
+
+
+def model_dir_problem(path: Path) -> str | None:
+    """What keeps vLLM from serving `path` (None: a Hugging Face model directory with weights and a tokenizer)."""
+    if not path.exists():
+        return f"{path} does not exist"
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    if (path / "huggingface").is_dir() and any(path.glob("model_world_size_*_rank_*.pt")):
+        return (
+            f"{path} is a training checkpoint (FSDP shards), not a Hugging Face directory; export it first: "
+            f"python -m verl_ext.pretrained.export --local-dir {path} --target-dir outputs/teachers/<name>"
+        )
+    if not (path / "config.json").is_file():
+        return f"{path} has no config.json: not a Hugging Face model directory"
+    if not (any(path.glob("*.safetensors")) or any(path.glob("pytorch_model*.bin"))):
+        return f"{path} has no weights (*.safetensors or pytorch_model*.bin)"
+    if not ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()):
+        return f"{path} has no tokenizer (tokenizer.json or tokenizer_config.json)"
+    return None
+
+
+def check_unique_names(specs: Sequence[TeacherSpec]) -> None:
+    names = [s.name for s in specs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"--model: teacher names must be unique, {dupes} given twice; name them with NAME=DIR")
+
+
+# -- the printed block -----------------------------------------------------------------------------------------------
+
+
+def pool_entries(served: Sequence[tuple[str, str]], settings: ServeSettings) -> list[dict]:
+    """(name, base_url) pairs -> TeacherConfig dicts: the served model name is the teacher's name; a local server
+    needs no key."""
+    return [
+        {
+            "name": name,
+            "base_url": url,
+            "model": name,
+            "api_key_env": None,
+            "timeout_s": float(settings.timeout_s),
+            "max_tokens": settings.max_tokens,
+        }
+        for name, url in served
+    ]
+
+
+def render_block(entries: Sequence[dict]) -> str:
+    """The teachers as YAML for a Composer config, with the same list as one Hydra override in a comment: the
+    whole text is valid YAML, so it can be saved as a file or pasted."""
+    block = {"composer": {"replay": {"teacher_pool": {"teachers": [dict(e) for e in entries]}}}}
+    text = yaml.safe_dump(block, sort_keys=False, default_flow_style=None, width=1000)
+    return (
+        "# teachers for the Composer (recipe/composer/config/composer.yaml: composer.replay.teacher_pool)\n"
+        + text
+        + "# or as a Hydra override:\n# "
+        + render_override(entries)
+        + "\n"
+    )
+
+
+def render_override(entries: Sequence[dict]) -> str:
+    """One shell-quoted Hydra override setting the pool's teacher list."""
+
+    def value(v) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return repr(v)
+
+    items = ",".join("{" + ",".join(f"{k}:{value(v)}" for k, v in e.items()) + "}" for e in entries)
+    return f"'{POOL_KEY}=[{items}]'"
