@@ -1,6 +1,8 @@
 """The calculator-tool agent (openai client only) through the gateway with the project's two recipes, 2 steps each
 on CPU: fast DAPO (curriculum over agent episodes) and the Composer (SDPO error sites from the environment's
-per-step metadata: a tool error after assistant turn t puts a hint before turn t + 1)."""
+per-step metadata: a tool error after assistant turn t puts a hint before turn t + 1), the latter in SDPO's
+sampled-token form ("Recipe B": the hint-conditioned teacher's log-probs of the sampled tokens shape the advantages;
+the full-logit form, the default, trains end to end in tests/recipe/composer/test_e2e_composer_real.py)."""
 
 from __future__ import annotations
 
@@ -76,7 +78,11 @@ def test_calc_agent_composer_sdpo_from_step_metas(ray_cpu, tiny_assets, tmp_path
     cfg = e2e_config(
         "composer",
         tiny_run_overrides(tiny_assets, tmp_path, 2)
-        + ["+arm=sdpo", "trainer.trainer_cls=recipe.composer.composer_ray_trainer.AgentComposerTrainer"]
+        + [
+            "+arm=sdpo",
+            "composer.sdpo.form=sampled_token",
+            "trainer.trainer_cls=recipe.composer.composer_ray_trainer.AgentComposerTrainer",
+        ]
         + agent_overrides(tmp_path, tasks, CALC, response_length=128),
         config_module="recipe.composer.config",
     )
@@ -88,6 +94,11 @@ def test_calc_agent_composer_sdpo_from_step_metas(ray_cpu, tiny_assets, tmp_path
             assert math.isfinite(float(r[key])), (r["step"], key)
         assert r["agent/episodes"] == 16
         assert r["training/rollout_probs_diff_max"] < 0.05
+        # no teacher pool (beta_replay = 0), and no actor loss term: the total is GRPO's plus the sampled-token term
+        assert r["loss/replay_dpo"] == 0 and "teacher/calls" not in r
+        assert r["loss/total"] == pytest.approx(r["loss/grpo"] + cfg.algorithm.alpha_sdpo * r["loss/sdpo"])
+        # the sampled-token estimate of KL(student || teacher) is non-zero where there are sites: the hint moves it
+        assert (r["loss/sdpo"] != 0) == (r["sdpo/error_sites"] > 0), r
     # The tiny model's answers are often wrong; the environment's `wrong_answer` step metadata makes the retry turn
     # an SDPO error site (the hint goes before it).
     assert sum(r["sdpo/error_sites"] for r in rows) > 0 and sum(r["sdpo/tokens"] for r in rows) > 0

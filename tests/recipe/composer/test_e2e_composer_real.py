@@ -7,9 +7,11 @@
    restart without a call, the call cap stops the requests beyond it, real timeouts are retried, a 404 for an
    unknown model is not.
 3. The full arm (GRPO + full-logit SDPO + trace replay) trains 2 steps of the real preset (preset/real.yaml: the same
-   model as student, the arithmetic task) against two teachers on that one server (the released model under two
-   pool names, so `min_agree: 2` can pair): step 1's prompts go to the teachers, the last step waits for their
-   answers, builds pairs from them and trains on them.
+   model as student, the arithmetic task) against three teachers: two on that one server (the released model under
+   two pool names, so `min_agree: 2` can pair) and a lone dissenter on a scripted server on 127.0.0.1 that needs an
+   API key. Step 1's prompts go to the teachers, the last step waits for their answers, builds pairs from the two
+   that agree (never the dissenter's answer) and trains on them; the channel losses add up to the logged total, and
+   the key reaches the scripted server as a bearer token but no file of the run, its checkpoint included.
 4. The launcher is killed with SIGKILL (the hardest case: no clean-up of its own runs): its server, its engine and
    the command it ran are gone, and the port is free.
 """
@@ -28,7 +30,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from tests.composer.conftest import alive, descendants, port_free
+from tests.composer.conftest import ScriptedChatServer, alive, descendants, port_free
 from tests.conftest import e2e_config, run_task_runner
 from verl_ext.composer.teacher_pool import TeacherConfig, TeacherPool, TeacherPoolConfig, TeacherRequest
 from verl_ext.composer.teacher_servers import env as teacher_env
@@ -39,6 +41,20 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
 STEPS, PROMPTS = 2, 2  # the preset's 8 responses a prompt: 16 rows, its log-prob micro-batch
+SECRET = "sk-composer-e2e-7f3a9c"  # the lone teacher's key: must reach its server and never a file
+KEY_ENV = "COMPOSER_E2E_KEY"
+
+
+class LoneTeacher(ScriptedChatServer):
+    """A teacher that answers every question with the same non-number, so it never agrees with the others."""
+
+    def respond(self, body, n):
+        text = "The answer is \\boxed{wrong}"
+        completion = {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+            "usage": {"total_tokens": 20},
+        }
+        return 200, json.dumps(completion).encode(), {"Content-Type": "application/json"}
 
 
 def _pool(teachers, cache_path, **changes) -> TeacherPool:
@@ -106,7 +122,8 @@ def _check_the_pool_against_the_real_server(teacher: TeacherConfig, tmp_path: Pa
     assert stats["failures"] == {"timeout": 1, "http_4xx": 1}
 
 
-def _train_full_arm(teachers: list[dict], out: Path) -> list[dict]:
+def _train_full_arm(teachers: list[dict], out: Path) -> tuple[list[dict], float, float]:
+    """The rows of the run's metrics log and the run's channel weights (alpha_sdpo, beta_replay)."""
     cfg = e2e_config(
         "composer",
         [
@@ -119,7 +136,7 @@ def _train_full_arm(teachers: list[dict], out: Path) -> list[dict]:
             f"trainer.total_training_steps={STEPS}",
             "trainer.val_before_train=false",
             "trainer.test_freq=-1",
-            "trainer.save_freq=-1",
+            f"trainer.save_freq={STEPS}",  # the secret must not reach the checkpoint either
             "trainer.logger=[console]",
             f"trainer.default_local_dir={out}",
         ],
@@ -129,22 +146,28 @@ def _train_full_arm(teachers: list[dict], out: Path) -> list[dict]:
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     check(cfg)  # as the driver does before Ray: the pre-flight, resolving the config and filling composer.yaml's keys
-    run_task_runner(ExtTaskRunner, cfg, timeout=1200)
-    return read_jsonl(out / "metrics.jsonl")
+    run_task_runner(ExtTaskRunner, cfg, env={KEY_ENV: SECRET}, timeout=1200)
+    return read_jsonl(out / "metrics.jsonl"), cfg.algorithm.alpha_sdpo, cfg.composer.beta_replay
 
 
 def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
     start = time.monotonic()
     launcher, entries, _ = _start_launcher(tmp_path)
+    lone = LoneTeacher()
     try:
         assert [e["name"] for e in entries] == ["released"] and entries[0]["max_tokens"] == 64
         port = int(entries[0]["base_url"].rsplit(":", 1)[1].split("/")[0])
         processes = descendants(launcher.pid)  # the server, its engine and the command
         assert len(processes) >= 3 and not port_free(port)
         _check_the_pool_against_the_real_server(TeacherConfig(**entries[0]), tmp_path)
-        teachers = [entries[0], {**entries[0], "name": "released_b"}]  # one server, two pool names
-        rows = _train_full_arm(teachers, tmp_path / "run")
+        teachers = [
+            entries[0],
+            {**entries[0], "name": "released_b"},  # one server, two pool names
+            {**entries[0], "name": "lone", "base_url": lone.base_url, "model": "lone", "api_key_env": KEY_ENV},
+        ]
+        rows, alpha, beta = _train_full_arm(teachers, tmp_path / "run")
     finally:
+        lone.close()
         launcher.kill()
         launcher.wait()
     deadline = time.monotonic() + 60
@@ -160,9 +183,10 @@ def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
         # the released model fails most questions: error sites every step, and the hint moves its distribution
         assert r["sdpo/error_sites"] > 0 and r["loss/sdpo"] > 0, r
         assert r["teacher/failures"] == 0
-    # step 1 asks the teachers (2 prompts x 2 teachers); the last step asks nothing and waits for those answers
+        assert r["loss/total"] == pytest.approx(r["loss/grpo"] + alpha * r["loss/sdpo"] + beta * r["loss/replay_dpo"])
+    # step 1 asks the teachers (2 prompts x 3 teachers); the last step asks nothing and waits for those answers
     assert first["replay/pairs_used"] == 0 and first["teacher/pending_queries"] == 1
-    assert last["teacher/calls"] == PROMPTS * 2 and last["teacher/tokens"] > 0 and last["teacher/pending_queries"] == 0
+    assert last["teacher/calls"] == PROMPTS * 3 and last["teacher/tokens"] > 0 and last["teacher/pending_queries"] == 0
     assert last["teacher/queries_answered"] == PROMPTS
     # one model at temperature 0 under two names: the same answers, but for numerical noise between the batches the
     # server happened to run them in
@@ -170,14 +194,26 @@ def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
     assert last["replay/pairs_built"] == last["replay/pairs_built_total"] > 0
     assert 0 < last["replay/pairs_used"] <= 4 and math.isfinite(last["loss/replay_dpo"]) and last["loss/replay_dpo"] > 0
     assert last["replay/dpo_loss_update"] == pytest.approx(last["loss/replay_dpo"], rel=0.05)
+    assert "replay/dpo_loss_update" not in first
+    # 16 rollout rows = 1 mini-batch, plus the replay mini-batch whose advantages are 0: loss/grpo leaves it out
+    assert first["loss/grpo"] == pytest.approx(first["actor/pg_loss"])
+    assert last["loss/grpo"] == pytest.approx(2 * last["actor/pg_loss"])
 
     # the pairs: built from the real teachers' answers, as the run's teacher cache holds them
     pairs = [json.loads(line) for line in (tmp_path / "run" / "replay_pairs.jsonl").read_text().splitlines()]
     cached = [json.loads(line) for line in (tmp_path / "run" / "teacher_cache.jsonl").read_text().splitlines()]
     served = {(c["trace_id"], c["teacher"]): c["text"] for c in cached}
-    assert len(pairs) == last["replay/pairs_built"] and len(cached) == PROMPTS * 2
+    assert len(pairs) == last["replay/pairs_built"] and len(cached) == PROMPTS * 3
     for p in pairs:
         assert p["step"] == 1 and p["rule"] == "majority>=2" and p["teachers"] == ["released", "released_b"]
-        assert p["answers"] == {name: served[(p["trace_id"], name)] for name in ("released", "released_b")}
+        assert p["answers"] == {name: served[(p["trace_id"], name)] for name in ("released", "released_b", "lone")}
         assert p["chosen"] == p["answers"]["released"] and p["chosen"] != p["rejected"]
+        assert "wrong" not in p["chosen"]  # the lone teacher's answer is never chosen
+    # the key reached the lone teacher as a bearer token, and no file of the run holds it (logs, config, cache,
+    # pairs, the checkpoint's small files; its weight shards hold tensors only)
+    assert lone.auth_headers and set(lone.auth_headers) == {f"Bearer {SECRET}"}
+    assert list((tmp_path / "run").glob(f"global_step_{STEPS}"))
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert SECRET.encode() not in path.read_bytes(), path
     print(json.dumps({"wall_s": round(time.monotonic() - start, 1), "pairs": len(pairs)}))
