@@ -10,12 +10,13 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_driver
-from verl_ext.metrics_log.terminal import LOG_NAME, VERBOSE_ENV, failure_cause, user_line
+from verl_ext.metrics_log.terminal import LOG_NAME, START_ENV, VERBOSE_ENV, failure_cause, user_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,9 +48,12 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _drive(tmp_path: Path, mode: str, verbose: bool = False) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != VERBOSE_ENV}
+def _drive(
+    tmp_path: Path, mode: str, verbose: bool = False, env_extra: dict | None = None
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in (VERBOSE_ENV, START_ENV)}
     env["PYTHONPATH"] = str(ROOT)
+    env.update(env_extra or {})
     if verbose:
         env[VERBOSE_ENV] = "1"
     script = tmp_path / "driver.py"
@@ -85,6 +89,16 @@ def test_the_terminal_shows_the_user_lines_and_the_log_keeps_everything(tmp_path
     ):
         assert kept in text, kept
     assert "verl_ext-terminal-sync" not in text
+
+
+def test_a_run_started_by_a_campaign_counts_its_seconds_from_its_own_start(tmp_path):
+    """A campaign's terminal sets the start-up clock in its environment, which its runs inherit; each run restarts it
+    (a run started 11 minutes into a campaign once showed `Ray started, task runner up (682 s)` for a 14 s start)."""
+    r = _drive(tmp_path, "ok", env_extra={START_ENV: str(time.time() - 3600)})
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("[verl_ext] Ray started")]
+    seconds = int(line.rsplit("(", 1)[1].removesuffix(" s)"))
+    assert 0 <= seconds < 60, line
 
 
 def test_a_failed_run_shows_its_cause_and_the_log_and_keeps_the_traceback_in_the_log(tmp_path):

@@ -142,7 +142,9 @@ class Terminal:
 
     # ------------------------------------------------------------------ the run's start and end
     def __enter__(self) -> Terminal:
-        os.environ.setdefault(START_ENV, f"{time.time():.3f}")
+        # this run's clock, inherited by the processes it starts; a parent's (a campaign running its runs one after
+        # another) is not this run's start
+        os.environ[START_ENV] = f"{time.time():.3f}"
         if not self.enabled:
             release_early()
             return self
