@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import time
 from pathlib import Path
 
 from verl_ext.launch.artifacts import METRICS_FILE
-from verl_ext.launch.local_run import driver_command
+from verl_ext.launch.local_run import run_driver
 from verl_ext.metrics_log import read_jsonl
 
 # (label, regex of the line that ends the phase), in the order they happen.
@@ -43,23 +42,16 @@ MILESTONES = [
 STEP_TIMERS = ["gen", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "testing", "step"]
 
 
-def run(cmd: list[str], log_path: Path) -> list[tuple[float, str]]:
-    """Run `cmd`, returning (seconds since start, line) for every line of its merged stdout/stderr (read as it
-    arrives, which is why this is not `verl_ext.launch.local_run.run_driver`: that one writes the lines to a file)."""
+def run(entry: str, overrides: list[str], log_path: Path) -> list[tuple[float, str]]:
+    """Run the driver, returning (seconds since start, line) for every line of its merged stdout/stderr as it
+    arrived; `log_path` keeps the lines with those stamps."""
     start = time.perf_counter()
-    lines = []
-    with (
-        open(log_path, "w") as log,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc,
-    ):
-        for line in proc.stdout:
-            t = time.perf_counter() - start
-            lines.append((t, line.rstrip("\n")))
-            log.write(f"{t:8.2f} {line}")
-        proc.wait()
-    if proc.returncode:
-        raise SystemExit(f"[profile] the run failed (exit {proc.returncode}); its output: {log_path}")
-    return lines
+    lines: list[tuple[float, str]] = []
+    rc = run_driver(entry, overrides, log_path, on_line=lambda line: lines.append((time.perf_counter() - start, line)))
+    log_path.write_text("".join(f"{t:8.2f} {line}" for t, line in lines))
+    if rc:
+        raise SystemExit(f"[profile] the run failed (exit {rc}); its output: {log_path}")
+    return [(t, line.rstrip("\n")) for t, line in lines]
 
 
 def milestones(lines: list[tuple[float, str]]) -> list[tuple[str, float | None]]:
@@ -114,7 +106,7 @@ def main(argv=None) -> None:
     ]
     print(f"[profile] {args.entry} {' '.join(overrides)}", flush=True)
     start = time.perf_counter()
-    lines = run(driver_command(args.entry, overrides), out / "run.log")
+    lines = run(args.entry, overrides, out / "run.log")
     total = time.perf_counter() - start
     metrics_path = out / "run" / METRICS_FILE
     metrics = read_jsonl(metrics_path) if metrics_path.exists() else []

@@ -116,11 +116,14 @@ FAKE_ENTRY = textwrap.dedent("""
     from pathlib import Path
     from verl_ext.metrics_log import JsonlMetricsWriter
     args = dict(a.split("=", 1) for a in sys.argv[1:])
+    print("[verl_ext] Ray started, task runner up (3 s)")
     if args.get("fail") == "yes":
+        print("[verl_ext] run failed: ValueError: the reward function broke", file=sys.stderr)
         sys.exit(3)
     w = JsonlMetricsWriter(args["trainer.jsonl_metrics_path"])
     for step in range(1, 4):
         w.log(step, {"acc": step * float(args["data.seed"]) / 10})
+        print(f"step {step}/3 | acc {step / 10:.3f}", flush=True)
     w.close()
     Path(args["trainer.default_local_dir"], "calls").open("a").write("x")
 """)
@@ -149,16 +152,25 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
     assert first.returncode == 1 and "2 of 4 runs failed: ['bad_s1', 'bad_s2']" in first.stdout, (
         first.stdout + first.stderr
     )
-    # one line per run started and ended, counted, with the time left from the finished runs (seed-major order)
+    # one line per run started and ended, counted, with the time left from the finished runs (seed-major order), the
+    # run's step lines between them as they arrive, and a failed run's cause
     lines = [line for line in first.stdout.splitlines() if line.startswith("[campaign] ")]
     assert lines[0] == "[campaign] demo: 4 runs, 0 done before, 4 to run"
-    assert lines[1:3] == ["[campaign] 1/4 good_s1: started", lines[2]] and lines[2].startswith(
-        "[campaign] 1/4 good_s1: finished in 0 min; 3 left, ~0 min (mean of 1 finished)"
-    )
-    assert lines[3] == "[campaign] 2/4 bad_s1: started" and lines[4].startswith(
-        "[campaign] 2/4 bad_s1: FAILED (exit 3)"
-    )
-    assert lines[7].startswith("[campaign] 4/4 bad_s2: started") and "FAILED" in lines[8]
+    assert lines[1:5] == [
+        "[campaign] 1/4 good_s1: started",
+        "[campaign] 1/4 good_s1: step 1/3 | acc 0.100",
+        "[campaign] 1/4 good_s1: step 2/3 | acc 0.200",
+        "[campaign] 1/4 good_s1: step 3/3 | acc 0.300",
+    ]
+    assert lines[5].startswith("[campaign] 1/4 good_s1: finished in 0 min; 3 left, ~0 min (mean of 1 finished)")
+    assert lines[6] == "[campaign] 2/4 bad_s1: started"
+    assert lines[7].startswith("[campaign] 2/4 bad_s1: FAILED (exit 3) after 0 min: ValueError: the reward function")
+    assert lines[7].endswith(f"; see {tmp_path / 'out' / 'demo' / 'bad_s1' / 'run.log'}")
+    assert lines[13] == "[campaign] 4/4 bad_s2: started" and "FAILED" in lines[14]
+    # the run's own console keeps every line it wrote, the campaign shows none but those
+    console = (tmp_path / "out" / "demo" / "good_s1" / "console.log").read_text()
+    assert "Ray started" in console and "step 3/3 | acc 0.300" in console
+    assert not any("Ray started" in line for line in first.stdout.splitlines())
     good = tmp_path / "out" / "demo" / "good_s2"
     assert is_done(good) and not is_done(tmp_path / "out" / "demo" / "bad_s1")
     assert (tmp_path / "out" / "demo" / "curves.png").stat().st_size > 5000

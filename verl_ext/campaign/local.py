@@ -5,6 +5,7 @@ job per run, is `submit.py`; the command line for both is `cli.py` (`scripts/cam
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from pathlib import Path
@@ -15,13 +16,31 @@ from verl_ext.launch.local_run import driver_command, run_driver
 from verl_ext.metrics_log.plot import plot_runs
 
 CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
+_STEP_LINE = re.compile(r"^step +\d+/\d+ \|")  # a driver's line per training step (metrics_log/console.py)
+_FAILED = "[verl_ext] run failed: "  # a driver's line naming why it stopped (metrics_log/terminal.py)
+
+
+class RunProgress:
+    """What the campaign shows of a run while it runs: each of its training-step lines after the run's tag, and the
+    cause of a failure it reported, for the run's FAILED line."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+        self.cause: str | None = None
+
+    def __call__(self, line: str) -> None:
+        text = line.rstrip("\n")
+        if _STEP_LINE.match(text):
+            print(f"{self.tag}: {text}", flush=True)
+        elif text.startswith(_FAILED):
+            self.cause = text.removeprefix(_FAILED)
 
 
 def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -> list[str]:
     """Run each plan (`python -m <entry> <overrides>`; the driver's own full log in <run>/run.log, what it shows in
     <run>/console.log) unless its DONE file exists; a failed run is reported and the others still run. One line per
-    run started and ended, with the count and the time left estimated from the runs finished so far. Returns the
-    failed runs' labels. `dry_run`: print the commands only."""
+    run started and ended, with the count and the time left estimated from the runs finished so far, and the run's
+    step lines between them (RunProgress). Returns the failed runs' labels. `dry_run`: print the commands only."""
     failed: list[str] = []
     durations: list[float] = []
     todo = [run for run in plans if not is_done(run.run_dir)]
@@ -31,20 +50,20 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
         if dry_run:  # quoted for a shell: an override may hold ${...} (a resolver) or spaces
             print(shlex.join(driver_command(spec.entry, run.overrides)))
             continue
-        print(f"[campaign] {i}/{len(todo)} {run.label}: started", flush=True)
+        watch = RunProgress(f"[campaign] {i}/{len(todo)} {run.label}")
+        print(f"{watch.tag}: started", flush=True)
         start = time.monotonic()
-        rc = run_driver(spec.entry, run.overrides, run.run_dir / CONSOLE_FILE, append=True)
+        rc = run_driver(spec.entry, run.overrides, run.run_dir / CONSOLE_FILE, append=True, on_line=watch)
         took = time.monotonic() - start
         if rc == 0:
             mark_done(run.run_dir)
             durations.append(took)
-            left = progress(durations, len(todo) - i)
-            print(f"[campaign] {i}/{len(todo)} {run.label}: finished in {_minutes(took)}; {left}", flush=True)
+            print(f"{watch.tag}: finished in {_minutes(took)}; {progress(durations, len(todo) - i)}", flush=True)
         else:
             failed.append(run.label)
+            cause = f": {watch.cause}" if watch.cause else ""
             print(
-                f"[campaign] {i}/{len(todo)} {run.label}: FAILED (exit {rc}) after {_minutes(took)}, see "
-                f"{run.run_dir / 'run.log'}",
+                f"{watch.tag}: FAILED (exit {rc}) after {_minutes(took)}{cause}; see {run.run_dir / 'run.log'}",
                 flush=True,
             )
     return failed

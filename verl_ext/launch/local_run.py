@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from verl_ext.launch.artifacts import METRICS_FILE
@@ -19,12 +19,26 @@ def driver_command(entry: str, overrides: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", entry, *overrides]
 
 
-def run_driver(entry: str, overrides: Sequence[str], console: Path, append: bool = False) -> int:
+def run_driver(
+    entry: str,
+    overrides: Sequence[str],
+    console: Path,
+    append: bool = False,
+    on_line: Callable[[str], None] | None = None,
+) -> int:
     """Run the driver to its end with its stdout and stderr written to `console` (added to the file's end with
-    `append`, as a resumed run's); returns its exit status."""
+    `append`, as a resumed run's), each line also handed to `on_line` as it arrives; returns its exit status."""
     console.parent.mkdir(parents=True, exist_ok=True)
+    cmd = driver_command(entry, overrides)
     with open(console, "a" if append else "w") as out:
-        return subprocess.run(driver_command(entry, overrides), stdout=out, stderr=subprocess.STDOUT).returncode
+        if on_line is None:
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+                on_line(line)
+        return proc.returncode
 
 
 def run_recipe(entry: str, overrides: Sequence[str], run_dir: Path, console: Path) -> list[dict]:
