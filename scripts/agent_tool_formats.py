@@ -10,7 +10,7 @@ import json
 import re
 
 from verl_ext.agent.gateway.toolcall import FORCED_CALL_OPENINGS
-from verl_ext.mathgen.prompts import DEMONSTRATION
+from verl_ext.mathgen.prompts import CALC_EXCHANGES, DEMONSTRATION, INSTRUCTION, calc_exchange
 from verl_ext.pretrained.smollm2 import DEFAULT_SYSTEM, LINE_TOOL_CHAT_TEMPLATE, TOOL_CHAT_TEMPLATE
 
 # `calculator`: the tool of the first runs; `calc`: the example framework agents' tool as the Agents SDK sends it
@@ -85,17 +85,31 @@ def tool_schema(tool: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 
 
-def conversation(fmt: str, demo: bool, question: str, tool: str) -> list[dict]:
-    """The chat: one worked exchange (`What is 2 + 2?` -> a call -> 4 -> the answer; for `none` the task's own
-    DEMONSTRATION) when `demo`, then the question."""
+# The worked tool exchanges before the question, by name: (the expression the question asks for (`What is ...?`), its
+# result, the answer after the result). `sum`: the task's DEMONSTRATION with a call in between (its answer writes the
+# sum again; the agent preset's first exchange); `box`: the answer only boxes the result; `copy`: a result the model
+# could not have worked out, boxed as the tool gave it; `two`: `box`, then `copy` (mathgen's CALC_EXCHANGES, the
+# agent preset's LINE_CALL_DEMONSTRATION).
+_BOXED = [(expr, result, calc_exchange(expr, result)[-1]["content"]) for expr, result in CALC_EXCHANGES]
+DEMO_EXCHANGES = {"sum": [("2 + 2", "4", DEMONSTRATION[1]["content"])], "box": _BOXED[:1], "copy": _BOXED[1:],
+                  "two": _BOXED}  # fmt: skip
+
+
+def conversation(fmt: str, demo: bool, question: str, tool: str, exchange: str = "sum") -> list[dict]:
+    """The chat: the worked exchanges `DEMO_EXCHANGES[exchange]` (a question -> a call -> its result -> the answer;
+    for `none` the task's own DEMONSTRATION) when `demo`, then the question."""
     ask = [{"role": "user", "content": question}]
     if not demo:
         return ask
     if fmt == "none":
         return [dict(m) for m in DEMONSTRATION] + ask
-    call = [call_message("2 + 2", tool)]
-    return [DEMONSTRATION[0], {"role": "assistant", "content": "", "tool_calls": call},
-            {"role": "tool", "tool_call_id": "call_0", "content": "4"}, DEMONSTRATION[1], *ask]  # fmt: skip
+    chat = []
+    for expr, result, answer in DEMO_EXCHANGES[exchange]:
+        chat += [{"role": "user", "content": f"What is {expr}? {INSTRUCTION}"},
+                 {"role": "assistant", "content": "", "tool_calls": [call_message(expr, tool)]},
+                 {"role": "tool", "tool_call_id": "call_0", "content": result},
+                 {"role": "assistant", "content": answer}]  # fmt: skip
+    return chat + ask
 
 
 def call_message(expr: str, tool: str) -> dict:

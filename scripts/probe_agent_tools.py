@@ -29,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from agent_tool_formats import (
+    DEMO_EXCHANGES,
     FORMATS,
     TOOLS,
     after_call,
@@ -153,7 +154,7 @@ def run_condition(gen: Generator, name: str, demo: bool, decoding: str, items, a
     codec = ToolCallCodec(tok, FORMATS[fmt][1], "none")
     loop = asyncio.new_event_loop()
     temperature, n = (0.0, 1) if decoding == "greedy" else (args.temperature, args.samples)
-    convs = [conversation(fmt, demo, it["question"], tool) for it in items]
+    convs = [conversation(fmt, demo, it["question"], tool, args.exchange) for it in items]
     prompts = [render(tok, fmt, c, tool) for c in convs]
     t0 = time.perf_counter()
     first = gen.generate([p + opening for p in prompts], n, temperature, args.max_new_tokens, args.batch_size)
@@ -175,7 +176,8 @@ def run_condition(gen: Generator, name: str, demo: bool, decoding: str, items, a
     # the oracle's second turn (a forced opening changes nothing there)
     oracle = oracle_turn(gen, fmt, tool, convs, items, n, temperature, args) if not opening and FORMATS[fmt][0] else []
     return {
-        "format": name, "tool": tool, "demo": demo, "decoding": decoding, "temperature": temperature,
+        "format": name, "tool": tool, "demo": demo, "exchange": args.exchange if demo else None, "decoding": decoding,
+        "temperature": temperature,
         "samples_per_question": n, "seconds": round(time.perf_counter() - t0, 1),
         "prompt_tokens_mean": sum(len(tok(p, add_special_tokens=False)["input_ids"]) for p in prompts) / len(prompts),
         "summary": summarize(rows, oracle, items), "rows": rows, "oracle_rows": oracle, "example_prompt": prompts[0],
@@ -221,7 +223,8 @@ def table(results: list[dict]) -> str:
         s, n = r["summary"], r["summary"]["replies"]
         calls, on = s["parsed_calls"], s["oracle_n"]
         lines.append("| " + " | ".join([
-            r.get("tool", "calculator"), r["format"], "yes" if r["demo"] else "no", r["decoding"],
+            r.get("tool", "calculator"), r["format"], (r.get("exchange") or "yes") if r["demo"] else "no",
+            r["decoding"],
             f"{r['prompt_tokens_mean']:.0f}", f"{s['attempted']}/{n}", f"{calls}/{n}", f"{s['gateway_calls']}/{n}",
             f"{s['call_result_right']}/{calls}", f"{s['final_boxed_after_call']}/{calls}",
             f"{s['final_mentions_result']}/{calls}", f"{s['final_right_after_right_call']}/{s['call_result_right']}",
@@ -257,6 +260,7 @@ def main() -> None:
     p.add_argument("--formats", default="hermes,apigen,line", help=f"comma-separated: {list(FORMATS)}[+forced]")
     p.add_argument("--decodings", default="greedy,sampled", help="greedy and/or sampled")
     p.add_argument("--demos", default="both", choices=("both", "yes", "no"), help="with / without the worked exchange")
+    p.add_argument("--exchange", default="sum", choices=sorted(DEMO_EXCHANGES), help="which worked exchange(s)")
     p.add_argument("--batch-size", type=int, default=15, help="prompts per generate call (x samples rows)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the machine is shared)")
     p.add_argument("--seed", type=int, default=0)
@@ -285,7 +289,8 @@ def main() -> None:
             for decoding in args.decodings.split(","):
                 r = run_condition(gen, fmt, demo, decoding, items, args)
                 report["generation"].append(r)
-                print(f"{fmt} demo={demo} {decoding}: {r['summary']} ({r['seconds']} s)", file=sys.stderr, flush=True)
+                tag = f"{fmt} demo={demo and args.exchange} {decoding}"
+                print(f"{tag}: {r['summary']} ({r['seconds']} s)", file=sys.stderr, flush=True)
                 out.write_text(json.dumps(report, indent=1))
     report["table"], report["generated_tokens"] = table(report["generation"]), gen.tokens
     print(report["table"])

@@ -232,3 +232,22 @@ def test_a_demonstration_question_drawn_by_the_generator_is_redrawn():
         lambda: Problem(next(draws)), module, set(prompts.demonstration_questions(prompts.WORKED_DEMONSTRATION)), 0.0
     )
     assert item.question == "Solve 2*y = 4 for y."
+
+
+def test_the_cache_key_changes_with_what_the_prompts_are_made_of(monkeypatch):
+    """A cached task is served by its key: an edited demonstration, module list or instruction must be a new key,
+    and the same parameters the same key."""
+    spec = task.TaskSpec(mix="arithmetic_calc")
+    before = spec.key()
+    assert task.TaskSpec(mix="arithmetic_calc").key() == before and task.TaskSpec(mix="arithmetic").key() != before
+    calc = task.MIXES["arithmetic_calc"]
+    edited = calc.demonstration[:-1] + ({"role": "assistant", "content": "\\boxed{-2.22}"},)
+    monkeypatch.setitem(task.MIXES, "arithmetic_calc", task.Mix(calc.modules, edited))
+    assert spec.key() != before
+    monkeypatch.setitem(task.MIXES, "arithmetic_calc", task.Mix(calc.modules[:-1], calc.demonstration))
+    assert spec.key() != before
+    monkeypatch.setitem(task.MIXES, "arithmetic_calc", calc)
+    monkeypatch.setattr(task, "INSTRUCTION", "Box it.")
+    assert spec.key() != before
+    monkeypatch.undo()
+    assert spec.key() == before

@@ -300,11 +300,19 @@ def test_line_call_demonstration_is_the_templates_rendering_of_a_call_and_its_re
     """mathgen's `arithmetic_calc` prompts carry the worked exchange as plain turns (the frameworks send role and
     content only): they render exactly as the template renders a `calc` call and its result."""
     from verl_ext.agent.examples import agents_sdk_calc
-    from verl_ext.mathgen.prompts import CALC_TOOL, LINE_CALL_DEMONSTRATION
+    from verl_ext.mathgen.calculator import calculate
+    from verl_ext.mathgen.prompts import CALC_EXCHANGES, CALC_TOOL, LINE_CALL_DEMONSTRATION
 
     demo = [dict(m) for m in LINE_CALL_DEMONSTRATION]
-    as_tool_turns = [demo[0], call_message(), {"role": "tool", "tool_call_id": "call_1", "content": "4"}, demo[3]]
-    as_tool_turns[1]["tool_calls"][0]["function"]["arguments"] = {"expr": "2 + 2"}
+    as_tool_turns = []
+    for k, (expr, result) in enumerate(CALC_EXCHANGES):
+        ask, _, _, answer = demo[4 * k : 4 * k + 4]
+        call = call_message()
+        call["tool_calls"][0]["function"]["arguments"] = {"expr": expr}
+        as_tool_turns += [ask, call, {"role": "tool", "tool_call_id": "call_1", "content": result}, answer]
+        assert ask["content"].startswith(f"What is {expr}?") and answer["content"].endswith(f"\\boxed{{{result}}}.")
+        assert calculate(expr) == result  # the result the agents' tool returns, written as the tool writes it
+    assert len(demo) == 4 * len(CALC_EXCHANGES) == 8
     assert render(with_line_tools, demo, tools=[SDK_CALC]) == render(with_line_tools, as_tool_turns, tools=[SDK_CALC])
     assert CALC_TOOL == agents_sdk_calc.calc.name == "calc"  # the demonstration calls the example agents' tool
 

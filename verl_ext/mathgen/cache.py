@@ -1,9 +1,9 @@
 """The generated task's train/validation parquet, written once per parameter set into the project's cache.
 
 ``ensure_task(task.TaskSpec(...))`` returns a directory holding ``train.parquet`` and ``val.parquet``
-(``task.write_task``) and ``DONE``; the directory name is ``TaskSpec.key()``, a hash of every parameter and
-``task.DATA_VERSION``, and the files are written in a temporary directory renamed into place, so a changed task or an
-interrupted write is never served.
+(``task.write_task``) and ``DONE``; the directory name is ``TaskSpec.key()``, a hash of every parameter, of what the
+prompts are made of (the mix's modules and demonstration, the instruction) and of ``task.DATA_VERSION``, and the files
+are written in a temporary directory renamed into place, so a changed task or an interrupted write is never served.
 """
 
 from __future__ import annotations

@@ -34,20 +34,31 @@ WORKED_DEMONSTRATION = (
     {"role": "assistant", "content": "First, 2 + 3 = 5. Then 7 - 5 = 2. The final answer is \\boxed{2}."},
 )
 
-# The worked exchange of a calculator agent in the one-line tool-call format (`verl_ext.agent.gateway.line_calls`): the
-# same question and answer as DEMONSTRATION with a call of the tool in between, written as plain turns exactly as
-# `${smollm2:line_tool_template}` renders a call and its result, so the agent's frameworks (which send the task's chat
-# as role and content only) hand the model a worked tool exchange. The tool is `calc`, the example framework agents'
-# (`verl_ext.agent.examples.agents_sdk_calc`, `langgraph_calc`). After this exchange (with the tool named
-# `calculator`) the released model wrote a call in 11 of 30 greedy replies, where it wrote none without it
-# (docs/AGENT_REAL_MODEL.md).
+# The worked exchanges of a calculator agent in the one-line tool-call format (`verl_ext.agent.gateway.line_calls`):
+# a question, a call of the tool, its result, and an answer that boxes the result as the tool gave it; written as plain
+# turns exactly as `${smollm2:line_tool_template}` renders a call and its result, so the agent's frameworks (which
+# send the task's chat as role and content only) hand the model worked tool exchanges. The tool is `calc`, the example
+# framework agents' (`verl_ext.agent.examples.agents_sdk_calc`, `langgraph_calc`). Two exchanges, the second with a
+# result the model could not have worked out itself (scripts/probe_agent_tools.py, 30 held-out questions, greedy;
+# docs/AGENT_REAL_MODEL.md): after them the released model calls the tool in 26 of 30 replies and boxes a right call's
+# result in 12 of 14 (27 of 30 given the right call and result); after one exchange whose answer writes the sum again
+# (`2 + 2 = 4. The final answer is \boxed{4}.`) it boxed it in 0 of 2 (2 of 30), and rewrote its own arithmetic.
 CALC_TOOL = "calc"
-LINE_CALL_DEMONSTRATION = (
-    DEMONSTRATION[0],
-    {"role": "assistant", "content": call_line(CALC_TOOL, "2 + 2")},
-    {"role": "user", "content": RESULT_PREFIX + "4"},
-    DEMONSTRATION[1],
-)
+CALC_EXCHANGES = (("2 + 2", "4"), ("-0.3 * 7.4", "-2.22"))  # (the expression asked for and called, its result)
+
+
+def calc_exchange(expression: str, result: str) -> tuple[dict[str, str], ...]:
+    """One worked calculator exchange as plain turns: `What is <expression>?`, the call, `Result: <result>`, and an
+    answer that boxes the result."""
+    return (
+        {"role": "user", "content": f"What is {expression}? {INSTRUCTION}"},
+        {"role": "assistant", "content": call_line(CALC_TOOL, expression)},
+        {"role": "user", "content": RESULT_PREFIX + result},
+        {"role": "assistant", "content": f"The final answer is \\boxed{{{result}}}."},
+    )
+
+
+LINE_CALL_DEMONSTRATION = tuple(m for exchange in CALC_EXCHANGES for m in calc_exchange(*exchange))
 
 
 def prompt_text(question: str) -> str:

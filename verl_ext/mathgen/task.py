@@ -64,6 +64,7 @@ import numpy as np
 from verl_ext.dataset.baselines import constant_answer_baseline  # noqa: F401  (re-exported: the task's baseline)
 from verl_ext.mathgen.prompts import (
     DEMONSTRATION,
+    INSTRUCTION,
     LINE_CALL_DEMONSTRATION,
     WORKED_DEMONSTRATION,
     demonstration_questions,
@@ -118,7 +119,7 @@ BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium
 MIN_ENTROPY = 1.0  # the generator's own per-number floor (see the module docstring)
 MAX_DRAWS_PER_ROW = 1000  # draws for one new distinct question before giving up on a module
 _TUPLE_ANSWERS = frozenset({("comparison", "sort")})
-DATA_VERSION = 1  # bump when the rows change for the same parameters (prompt, instruction, answer format)
+DATA_VERSION = 1  # bump when the rows change for the same parameters and mix (instruction, answer format)
 
 
 @dataclass(frozen=True)
@@ -133,8 +134,11 @@ class TaskSpec:
     mix: str = "all"  # which modules: a name of MIXES
 
     def key(self) -> str:
-        """A hash of every parameter and DATA_VERSION: the cache directory's name."""
-        params = {**asdict(self), "data_version": DATA_VERSION}
+        """A hash of every parameter, what the prompts are made of (the mix's modules and demonstration, the
+        instruction: an edited demonstration is a new task) and DATA_VERSION: the cache directory's name."""
+        mix = get_mix(self.mix)
+        params = {**asdict(self), "modules": mix.modules, "demonstration": mix.demonstration,
+                  "instruction": INSTRUCTION, "data_version": DATA_VERSION}  # fmt: skip
         return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
 
 
