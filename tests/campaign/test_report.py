@@ -456,3 +456,52 @@ def test_informative_groups_are_the_running_sum_of_mixed_groups_trained():
     assert {r["step"]: r.get(INFORMATIVE_KEY) for r in derived["plain"][0]} == {0: None, 1: 1.0, 2: 3.0, 3: 7.0}
     assert all(INFORMATIVE_KEY not in r for r in recs)
     assert informative_groups({"c": {0: [{"step": 1, TRAIN_BATCH_GROUPS_KEY: 4.0}]}}) is None
+
+
+def test_pass_at_k_keys_share_a_panel_against_k():
+    from verl_ext.campaign.render import band_panels
+
+    keys = [VAL, "val-pass/all/pass@16", "val-pass/all/pass@1", "actor/entropy", "val-pass/m/pass@4",
+            "val-pass/all/pass@4", "not/pass@x"]  # fmt: skip
+    assert band_panels(keys) == [
+        (VAL, []),
+        ("val-pass/all", [(1, "val-pass/all/pass@1"), (4, "val-pass/all/pass@4"), (16, "val-pass/all/pass@16")]),
+        ("actor/entropy", []),
+        ("val-pass/m", [(4, "val-pass/m/pass@4")]),
+        ("not/pass@x", []),
+    ]
+
+
+def test_bands_draw_pass_at_k_at_each_runs_last_step_and_a_condition_in_one_colour(tmp_path, campaign, monkeypatch):
+    """pass@k is logged once a run, at its end: its panel has k on the x axis and, per condition, the mean and sample
+    std over the runs of their last value; a single-point key against the step keeps a marker; each condition has
+    the same colour in every panel."""
+    from matplotlib.figure import Figure
+
+    from verl_ext.campaign.render import plot_bands
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k)))
+    p1, p4, once = "val-pass/all/pass@1", "val-pass/all/pass@4", "eval/once"
+    for runs in campaign.values():
+        for seed, recs in runs.items():
+            recs[-1] |= {p1: 0.1 * (seed + 1), p4: 0.3 * (seed + 1), once: 1.0}
+    campaign["fast"][0][-2][p1] = 0.9  # an earlier value: not the run's last
+    plot_bands(campaign, [VAL, p4, p1, once], tmp_path / "b.png")
+    val_ax, pass_ax, once_ax = saved[0].axes[:3]
+    assert pass_ax.get_xlabel() == "k" and pass_ax.get_title() == "val-pass/all: pass@k at the last step"
+    bars = {c.get_label(): c for c in pass_ax.containers}  # one errorbar per condition
+    (base, *_), (fast, *_) = bars["base (n=3)"].lines, bars["fast (n=2)"].lines
+    assert list(base.get_xdata()) == [1, 4] and list(fast.get_xdata()) == [1, 4]
+    assert base.get_ydata() == pytest.approx([np.mean([0.1, 0.2, 0.3]), np.mean([0.3, 0.6, 0.9])])
+    assert fast.get_ydata() == pytest.approx([0.15, 0.45])
+    (base_std,) = bars["base (n=3)"].lines[2]  # the error bars: the runs' sample std
+    assert [s[1][1] - s[0][1] for s in base_std.get_segments()] == pytest.approx(
+        [2 * np.std([0.1, 0.2, 0.3], ddof=1), 2 * np.std([0.3, 0.6, 0.9], ddof=1)]
+    )
+    val_colors = {line.get_label(): line.get_color() for line in val_ax.get_lines()}
+    assert val_colors == {"base (n=3)": base.get_color(), "fast (n=2)": fast.get_color()}
+    assert base.get_color() != fast.get_color()
+    once_line = once_ax.get_lines()[0]
+    assert list(once_line.get_xdata()) == [10] and once_line.get_marker() == "o"

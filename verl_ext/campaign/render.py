@@ -3,14 +3,15 @@
 
 - Tables: the final values (`final_markdown`), the cost to a target (`cost_markdown`), the speed-ups
   (`speedup_markdown`); numbers readable at a glance (`_num`), "-" for undefined.
-- Figures: one panel per key against the step, per condition the seeds' mean +- one sample std (`plot_bands`); the
-  target key against each cumulative cost, per condition summary.cost_band and every run's own points
-  (`plot_cost_curves`).
+- Figures: one panel per key against the step, per condition the seeds' mean +- one sample std, and the pass@k keys
+  of one prefix in one panel against k (`plot_bands`); the target key against each cumulative cost, per condition
+  summary.cost_band and every run's own points (`plot_cost_curves`). A condition has one colour in every panel.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -21,8 +22,10 @@ from verl_ext.campaign.summary import (
     Campaign,
     CostRow,
     FinalRow,
+    Records,
     SpeedupRow,
     cost_band,
+    final_value,
     logs_key,
     seed_band,
 )
@@ -127,33 +130,79 @@ def _ci(r: PairedResult) -> str:
     return f"[{r.low:.3f}, {r.high:.3f}]" if math.isfinite(r.low) else "-"
 
 
+_PASS_AT_K = re.compile(r"^(?P<prefix>.+)/pass@(?P<k>\d+)$")
+
+
+def condition_colors(campaign: Campaign) -> dict[str, str]:
+    """One colour per condition, the same in every panel and figure: matplotlib's cycle in the campaign's order."""
+    return {cond: f"C{i % 10}" for i, cond in enumerate(campaign)}
+
+
+def band_panels(keys: Sequence[str]) -> list[tuple[str, list[tuple[int, str]]]]:
+    """The panels of `plot_bands`, in the keys' order: (key, []) for a key drawn against the step, and
+    (prefix, [(k, key), ...] sorted by k) for the pass@k keys of one prefix (`val-pass/all/pass@1`, `.../pass@16`),
+    gathered into one panel against k: they are measured once a run, at its end."""
+    panels: list[tuple[str, list[tuple[int, str]]]] = []
+    by_prefix: dict[str, list[tuple[int, str]]] = {}
+    for key in keys:
+        m = _PASS_AT_K.match(key)
+        if m is None:
+            panels.append((key, []))
+        elif m["prefix"] in by_prefix:
+            by_prefix[m["prefix"]].append((int(m["k"]), key))
+        else:
+            by_prefix[m["prefix"]] = [(int(m["k"]), key)]
+            panels.append((m["prefix"], by_prefix[m["prefix"]]))
+    return [(name, sorted(ks)) for name, ks in panels]
+
+
 def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: str = "") -> Path:
     """One panel per key against the step: per condition the seeds' mean, shaded +- one sample std
-    (summary.seed_band); a sparse key (validation every test_freq steps) with a marker at each point."""
+    (summary.seed_band); a sparse key (validation every test_freq steps) with a marker at each point. The pass@k keys
+    of one prefix share a panel against k (`band_panels`): per condition the mean +- std over the seeds of each
+    run's last value. A condition has one colour in every panel (`condition_colors`)."""
     plt = _pyplot()
     if not keys:
         raise ValueError("no metric keys to plot")
-    cols = min(len(keys), 3)
-    rows = math.ceil(len(keys) / cols)
+    panels, colors = band_panels(keys), condition_colors(campaign)
+    cols = min(len(panels), 3)
+    rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.4 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
+    for ax, (name, ks) in zip(axes.flat, panels):
         for cond, runs in campaign.items():
-            b = seed_band(runs, key)
+            label = f"{cond} (n={len(runs)})"
+            if ks:
+                _pass_at_k(ax, runs, ks, colors[cond], label)
+                continue
+            b = seed_band(runs, name)
             if not b.steps:
                 continue
             mean, std = np.asarray(b.mean), np.asarray(b.std)
-            sparse = len(b.steps) < 0.5 * (b.steps[-1] - b.steps[0] + 1)
-            line = ax.plot(
-                b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, label=f"{cond} (n={len(runs)})"
-            )[0]
-            ax.fill_between(b.steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
+            sparse = len(b.steps) < max(2, 0.5 * (b.steps[-1] - b.steps[0] + 1))
+            ax.plot(b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, color=colors[cond], label=label)
+            ax.fill_between(b.steps, mean - std, mean + std, color=colors[cond], alpha=0.2, lw=0)
+        ax.set_title(f"{name}: pass@k at the last step" if ks else name, fontsize=9)
+        ax.set_xlabel("k" if ks else "step")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     return save_figure(fig, out, title)
+
+
+def _pass_at_k(ax, runs: Mapping[int, Records], ks: Sequence[tuple[int, str]], color: str, label: str) -> None:
+    """One condition on a pass@k panel: at each k the mean +- sample std over the runs of their last value."""
+    xs, means, stds = [], [], []
+    for k, key in ks:
+        values = [v for v in (final_value(recs, key) for recs in runs.values()) if v is not None]
+        if values:
+            xs.append(k)
+            means.append(float(np.mean(values)))
+            stds.append(float(np.std(values, ddof=1)) if len(values) > 1 else 0.0)
+    if xs:
+        ax.errorbar(xs, means, yerr=stds, marker="o", ms=3, lw=1.5, capsize=2, color=color, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(k) for k in xs])
 
 
 def plot_cost_curves(
@@ -173,19 +222,21 @@ def plot_cost_curves(
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(logged), figsize=(5.2 * len(logged), 3.6), squeeze=False)
+    colors = condition_colors(campaign)
     for ax, cost_key in zip(axes.flat, logged):
         for cond, runs in campaign.items():
             b = cost_band(runs, key, cost_key)
-            color, label = None, f"{cond} (n={len(runs)})"
+            color, label = colors[cond], f"{cond} (n={len(runs)})"
             if b.x:
                 mean, std = np.asarray(b.mean), np.asarray(b.std)
-                color = ax.plot(b.x, mean, lw=1.5, label=label)[0].get_color()
+                ax.plot(b.x, mean, lw=1.5, color=color, label=label)
                 ax.fill_between(b.x, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+            label = None if b.x else label  # no band: the condition's first run's points carry its label
             for recs in runs.values():
                 _, xs, values = points_against(recs, key, cost_key) if logs_key(recs, cost_key) else ([], [], [])
                 if xs:
-                    kw = {"label": label} if color is None else {"color": color}
-                    color = ax.plot(xs, values, ls="none", marker="o", ms=2.5, alpha=0.5, **kw)[0].get_color()
+                    ax.plot(xs, values, ls="none", marker="o", ms=2.5, alpha=0.5, color=color, label=label)
+                    label = None
         if target is not None:
             ax.axhline(target, color="gray", ls="--", lw=1, label=f"target {target:.3g}")
         ax.set_title(key, fontsize=9)

@@ -204,7 +204,8 @@ def save_figure(fig, out: str | Path, title: str = "") -> Path:
 
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    # the suptitle gets its own 0.35 inch at the top (tight_layout alone let it overlap the panels' titles)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()) if title else None)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
