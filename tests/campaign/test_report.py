@@ -505,3 +505,37 @@ def test_bands_draw_pass_at_k_at_each_runs_last_step_and_a_condition_in_one_colo
     assert base.get_color() != fast.get_color()
     once_line = once_ax.get_lines()[0]
     assert list(once_line.get_xdata()) == [10] and once_line.get_marker() == "o"
+
+
+def test_a_reference_run_is_a_row_of_each_table_and_a_grey_line_on_each_panel(tmp_path, campaign, monkeypatch):
+    """--reference released=PATH: the released model's val_only log beside the campaign, at its last values; a bad
+    item is refused naming the option before anything is drawn."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    real_savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), real_savefig(fig, *a, **k)))
+    p1, p4 = "val-pass/all/pass@1", "val-pass/all/pass@4"
+    for runs in campaign.values():
+        for seed, recs in runs.items():
+            recs[-1] |= {p1: 0.1 * (seed + 1), p4: 0.3 * (seed + 1)}
+    spec = "name: demo\nentry: fake_entry\nconditions: {base: [], fast: []}\nseeds: [0, 1, 2]\n"
+    (tmp_path / "spec.yaml").write_text(spec)
+    out = tmp_path / "out"
+    write_campaign_logs(out / "demo", campaign)
+    write_campaign_logs(tmp_path / "ref", {"released": {0: [{"step": 0, VAL: 0.125, p1: 0.05, p4: 0.2}]}})
+    ref = f"released={tmp_path / 'ref' / 'released_s0' / 'metrics.jsonl'}"
+    md_path = tmp_path / "r.md"
+    args = ["report", str(tmp_path / "spec.yaml"), "--out-root", str(out), "--keys", VAL, "val-pass/all/pass@*"]
+    assert main([*args, "--reference", ref, "--markdown", str(md_path)]) == 0
+    md = md_path.read_text()
+    assert "| released (reference) | 1 | 0.125 | - | - | - |" in md.split(f"Final `{VAL}`")[1].split("Final")[0]
+    assert "| released (reference) | 1 | 0.200 |" in md.split(f"Final `{p4}`")[1]
+    val_ax, pass_ax = saved[0].axes[:2]
+    (hline,) = [line for line in val_ax.get_lines() if line.get_label() == "released (reference)"]
+    assert list(hline.get_ydata()) == [0.125, 0.125] and hline.get_linestyle() == "--"
+    (curve,) = [line for line in pass_ax.get_lines() if line.get_label() == "released (reference)"]
+    assert list(curve.get_xdata()) == [1, 4] and list(curve.get_ydata()) == [0.05, 0.2]
+    for bad, says in [("released", "give LABEL=METRICS_JSONL"), (f"x={tmp_path / 'none.jsonl'}", "no metrics log")]:
+        with pytest.raises(SystemExit, match=says):
+            main([*args, "--reference", bad])

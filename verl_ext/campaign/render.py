@@ -46,8 +46,15 @@ def _mean_std(s: Summary) -> str:
 
 
 def final_markdown(
-    key: str, rows: Sequence[FinalRow], baseline: str, level: float = 0.95, step: int | None = None
+    key: str,
+    rows: Sequence[FinalRow],
+    baseline: str,
+    level: float = 0.95,
+    step: int | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> str:
+    """One key's table: a row per condition, its statistics against the baseline, and after them a row per reference
+    run that logged the key (its value, no statistics: the released model, say)."""
     with_ci = any(r.ci is not None for r in rows)
     head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
     if with_ci:
@@ -67,6 +74,8 @@ def final_markdown(
             cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
             cells.append(_paired_cell(r.paired))
         lines.append("| " + " | ".join(cells) + " |")
+    for label, value in (references or {}).items():
+        lines.append("| " + " | ".join([f"{label} (reference)", "1", _num(value)] + ["-"] * (len(head) - 3)) + " |")
     return "\n".join(lines)
 
 
@@ -156,11 +165,18 @@ def band_panels(keys: Sequence[str]) -> list[tuple[str, list[tuple[int, str]]]]:
     return [(name, sorted(ks)) for name, ks in panels]
 
 
-def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: str = "") -> Path:
+def plot_bands(
+    campaign: Campaign,
+    keys: Sequence[str],
+    out: str | Path,
+    title: str = "",
+    references: Mapping[str, Records] | None = None,
+) -> Path:
     """One panel per key against the step: per condition the seeds' mean, shaded +- one sample std
     (summary.seed_band); a sparse key (validation every test_freq steps) with a marker at each point. The pass@k keys
     of one prefix share a panel against k (`band_panels`): per condition the mean +- std over the seeds of each
-    run's last value. A condition has one colour in every panel (`condition_colors`)."""
+    run's last value. A condition has one colour in every panel (`condition_colors`). A reference run (the released
+    model's evaluation, say) is a grey dashed line: its last value of the key, or its pass@k against k."""
     plt = _pyplot()
     if not keys:
         raise ValueError("no metric keys to plot")
@@ -181,6 +197,8 @@ def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: 
             sparse = len(b.steps) < max(2, 0.5 * (b.steps[-1] - b.steps[0] + 1))
             ax.plot(b.steps, mean, marker="o" if sparse else None, ms=3, lw=1.5, color=colors[cond], label=label)
             ax.fill_between(b.steps, mean - std, mean + std, color=colors[cond], alpha=0.2, lw=0)
+        for (label, recs), ls in zip((references or {}).items(), _REFERENCE_STYLES):
+            _reference(ax, recs, name, ks, f"{label} (reference)", ls)
         ax.set_title(f"{name}: pass@k at the last step" if ks else name, fontsize=9)
         ax.set_xlabel("k" if ks else "step")
         ax.grid(alpha=0.3)
@@ -188,6 +206,20 @@ def plot_bands(campaign: Campaign, keys: Sequence[str], out: str | Path, title: 
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     return save_figure(fig, out, title)
+
+
+_REFERENCE_STYLES = ("--", ":", "-.", (0, (5, 1)))  # up to four reference runs, each its own grey line
+
+
+def _reference(ax, records: Records, key: str, ks: Sequence[tuple[int, str]], label: str, ls) -> None:
+    """A reference run on a panel: its last value of `key` as a horizontal line, or on a pass@k panel its pass@k
+    against k; nothing when it did not log the key."""
+    if ks:
+        points = [(k, v) for k, v in ((k, final_value(records, key_k)) for k, key_k in ks) if v is not None]
+        if points:
+            ax.plot(*zip(*points), color="0.4", ls=ls, marker="x", ms=4, lw=1.2, label=label)
+    elif (value := final_value(records, key)) is not None:
+        ax.axhline(value, color="0.4", ls=ls, lw=1.2, label=label)
 
 
 def _pass_at_k(ax, runs: Mapping[int, Records], ks: Sequence[tuple[int, str]], color: str, label: str) -> None:

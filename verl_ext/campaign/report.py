@@ -4,7 +4,7 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
     .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
         [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@*'] [--baseline grpo+none] \
         [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@*'] [--bootstrap 10000] \
-        [--speedup fast:plain fast:dapo] [--predicted fast:plain=0.75]
+        [--speedup fast:plain fast:dapo] [--predicted fast:plain=0.75] [--reference released=PATH/metrics.jsonl]
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
 std, against the training step), <out-root>/<name>/report_tokens.png (the target key against cumulative generated
@@ -16,7 +16,8 @@ points beside it, and the target as a dashed line; summary.cost_band says how) a
 printed), ready to paste into a results page. Keys are fnmatch patterns; the default set is drawn for whichever of
 its keys the runs logged (train reward, validation accuracy, responses per training group, keep rate, SEPA lambda);
 an explicit --keys pattern that matches nothing is an error. The baseline is the spec's first condition unless
---baseline is given. Runs without a metrics log yet are listed and left out.
+--baseline is given. Runs without a metrics log yet are listed and left out. A --reference run outside the campaign
+(the released model's evaluation) is a row of each key's table and a grey line on each panel.
 The tables are computed in verl_ext/campaign/summary.py (statistics: stats.py) and drawn in render.py.
 """
 
@@ -32,9 +33,11 @@ from verl_ext.campaign.render import cost_markdown, final_markdown, plot_bands, 
 from verl_ext.campaign.spec import CampaignSpec, RunPlan
 from verl_ext.campaign.summary import (
     Campaign,
+    Records,
     cost_table,
     expand_keys,
     final_table,
+    final_value,
     resolve_target,
     speedup_table,
 )
@@ -96,6 +99,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also tabulate the keys at these steps (arms that ran different numbers of steps, compared step for "
         "step; a key not logged at a step, such as validation off the test_freq grid, has no row there)",
     )
+    p.add_argument(
+        "--reference",
+        nargs="+",
+        default=[],
+        metavar="LABEL=METRICS_JSONL",
+        help="a run outside the campaign shown beside it (e.g. released=.../released/metrics.jsonl, the released "
+        "model's val_only evaluation): a row of each key's table and a grey line on each panel, at its last value",
+    )
     p.add_argument("--png", help="default <out-root>/<name>/report.png")
     p.add_argument("--cost-png", help="default <out-root>/<name>/report_tokens.png")
     p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
@@ -129,15 +140,16 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"no run of campaign {spec.name!r} under {out_dir} has a metrics log yet")
     if baseline not in campaign:
         raise SystemExit(f"the baseline {baseline!r} has no run with a metrics log yet")
+    references = read_references(args.reference)
     keys, target_key = _keys(campaign, args, with_speedups=bool(speedups))
     campaign, costs = with_derived_costs(campaign, args.tokens_key, args.time_key)
     goal = None if target_key is None else _target(campaign, target_key, args)
     md = build_markdown(
-        campaign, keys, baseline, costs, args.bootstrap, args.at_step, target_key, goal, speedups, predicted
+        campaign, keys, baseline, costs, args.bootstrap, args.at_step, target_key, goal, speedups, predicted, references
     )
     seeds = sorted({seed for by_seed in campaign.values() for seed in by_seed})
     title = f"{spec.name}: mean ± std over seeds {seeds}"
-    written = [plot_bands(campaign, keys, args.png or out_dir / "report.png", title=title)]
+    written = [plot_bands(campaign, keys, args.png or out_dir / "report.png", title, references)]
     written.append(_write(md, Path(args.markdown or out_dir / "report.md")))
     if target_key is not None:
         cost_png = args.cost_png or out_dir / "report_tokens.png"
@@ -186,6 +198,20 @@ def _speedup_pairs(
         if key not in pairs:
             raise SystemExit(f"--predicted {item}: {pair} is not one of the --speedup pairs {list(speedup)}")
     return pairs, ratios
+
+
+def read_references(items: Sequence[str]) -> dict[str, list[dict]]:
+    """{label: records} of the --reference LABEL=METRICS_JSONL items, checked before any table is built."""
+    references = {}
+    for item in items:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            raise SystemExit(f"--reference {item}: give LABEL=METRICS_JSONL, e.g. released=runs/released/metrics.jsonl")
+        records = read_jsonl(path) if Path(path).is_file() else []
+        if not records:
+            raise SystemExit(f"--reference {item}: no metrics log with records at {path}")
+        references[label] = records
+    return references
 
 
 def load_campaign(runs: Sequence[RunPlan]) -> tuple[Campaign, list[str]]:
@@ -251,10 +277,15 @@ def build_markdown(
     goal: float | None = None,
     speedups: Sequence[Pair] = (),
     predicted: Mapping[Pair, float] | None = None,
+    references: Mapping[str, Records] | None = None,
 ) -> str:
-    """The report's tables in order: final values, values at the --at-step steps, and with a target the cost to reach
-    it and the --speedup ratios (one table per cost key)."""
-    parts = [final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline) for k in keys]
+    """The report's tables in order: final values (with a row per reference run that logged the key), values at the
+    --at-step steps, and with a target the cost to reach it and the --speedup ratios (one table per cost key)."""
+    parts = []
+    for k in keys:
+        logged = {label: final_value(recs, k) for label, recs in (references or {}).items()}
+        ref_values = {label: v for label, v in logged.items() if v is not None}
+        parts.append(final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline, references=ref_values))
     for step in at_steps:
         for k in keys:
             rows = [r for r in final_table(campaign, k, baseline, bootstrap, step=step) if r.summary.n]
