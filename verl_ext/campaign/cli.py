@@ -3,11 +3,12 @@
     .venv/bin/python scripts/campaign.py configs/campaign/advantage_ablation_cpu.yaml [--out-root outputs/campaign]
         [--only maxrl+gtpo_sepa grpo+none] [--dry-run]
     .venv/bin/python scripts/campaign.py report SPEC [...]   # seed-band curves and tables: verl_ext/campaign/report.py
+    .venv/bin/python scripts/campaign.py publish SPEC --to docs/results   # finished runs' logs: campaign/publish.py
     .venv/bin/python scripts/campaign.py SPEC --submit http://HEAD:8265 --out-root /shared/campaigns \
         [--local-root outputs/campaign] [--max-concurrent 2]   # on a Ray cluster: verl_ext/campaign/submit.py
 
-Two subcommands: `run` (running a campaign) and `report`; `run` is the default, so `campaign.py SPEC ...` is
-`campaign.py run SPEC ...`.
+Three subcommands: `run` (running a campaign), `report` and `publish`; `run` is the default, so
+`campaign.py SPEC ...` is `campaign.py run SPEC ...`.
 
 Before the first run, one run of every condition goes through its recipe's pre-flight check: a bad override fails
 the campaign at once (exit 2). `--preflight config` leaves out the data and model files (paths on a cluster's
@@ -31,12 +32,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from verl_ext.campaign import report
+from verl_ext.campaign import publish, report
 from verl_ext.campaign.local import plot_curves, run_local
 from verl_ext.campaign.spec import CampaignSpec
 from verl_ext.launch.job import DEFAULT_PYTHON, PREFLIGHT_MODES
 
-COMMANDS = ("run", "report")
+COMMANDS = ("run", "report", "publish")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_arguments(rep)
     rep.set_defaults(func=report.run)
+    pub = commands.add_parser(
+        "publish",
+        help="copy the finished runs' metrics logs into a results directory",
+        description=publish.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    publish.add_arguments(pub)
+    pub.set_defaults(func=publish.run)
     return p
 
 

@@ -1,0 +1,84 @@
+"""Publish a campaign's finished runs into a results directory kept with the code (docs/results/, say), where
+`report --out-root <to>` reads them and nothing depends on one machine's outputs/.
+
+    .venv/bin/python scripts/campaign.py publish configs/campaign/advantage_real_cpu.yaml --to docs/results \
+        [--out-root outputs/campaign] [--prune-checkpoints]
+
+Each run with a DONE file has its metrics log copied to <to>/<name>/<label>/metrics.jsonl; a run without one
+(still running, failed, not started) is listed and left alone, so a log is never published half-written. A log
+already published with the same bytes is left as it is; one that differs is refused (exit 1) unless --overwrite:
+a finished run does not change, so a difference means two campaigns under one name. --prune-checkpoints deletes a
+published run's checkpoints (global_step_*: ~1.6 GB a run for SmolLM2-135M), which a finished run never resumes
+from. To continue a campaign on another machine, copy <to>/<name>/<label>/metrics.jsonl back to
+<out-root>/<name>/<label>/ with a DONE file beside it: the runner then skips that run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_ext.campaign.spec import CampaignSpec, is_done
+
+CHECKPOINT_GLOB = "global_step_*"
+
+
+@dataclass
+class Published:
+    copied: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)  # published before with other contents, not overwritten
+    unfinished: list[str] = field(default_factory=list)
+    pruned_bytes: int = 0
+
+
+def publish(spec: CampaignSpec, out_root: str | Path, to: str | Path, prune: bool, overwrite: bool) -> Published:
+    """Copy every finished run's metrics log of `spec` under `out_root` to `to`/<name>/<label>/ (see the module)."""
+    result = Published()
+    for plan in spec.runs(out_root):
+        if not is_done(plan.run_dir) or not plan.metrics_path.is_file():
+            result.unfinished.append(plan.label)
+            continue
+        target = Path(to) / spec.name / plan.label / plan.metrics_path.name
+        data = plan.metrics_path.read_bytes()
+        if target.is_file() and target.read_bytes() == data:
+            result.unchanged.append(plan.label)
+        elif target.is_file() and not overwrite:
+            result.conflicts.append(plan.label)
+            continue
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            result.copied.append(plan.label)
+        if prune:
+            for ckpt in sorted(plan.run_dir.glob(CHECKPOINT_GLOB)):
+                result.pruned_bytes += sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+                shutil.rmtree(ckpt)
+    return result
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec")
+    p.add_argument("--to", required=True, help="the results root: logs go to <to>/<name>/<label>/metrics.jsonl")
+    p.add_argument("--out-root", default="outputs/campaign", help="where the campaign ran")
+    p.add_argument("--prune-checkpoints", action="store_true", help="delete each published run's global_step_*")
+    p.add_argument("--overwrite", action="store_true", help="replace a published log whose contents differ")
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = CampaignSpec.from_yaml(args.spec)
+    r = publish(spec, args.out_root, args.to, args.prune_checkpoints, args.overwrite)
+    where = Path(args.to) / spec.name
+    print(f"[publish] {spec.name}: {len(r.copied)} copied, {len(r.unchanged)} unchanged, to {where}")
+    if r.copied:
+        print(f"[publish] copied: {', '.join(r.copied)}")
+    if r.unfinished:
+        print(f"[publish] not finished, left out: {', '.join(r.unfinished)}")
+    if args.prune_checkpoints:
+        print(f"[publish] checkpoints of published runs deleted: {r.pruned_bytes / 2**30:.1f} GiB")
+    if r.conflicts:
+        print(f"[publish] published before with other contents, not replaced (--overwrite): {', '.join(r.conflicts)}")
+        return 1
+    return 0
