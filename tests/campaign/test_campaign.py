@@ -3,6 +3,7 @@ resumes (a real subprocess per run; the entry point is a small module that write
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_ext.campaign import CampaignSpec, is_done
+from verl_ext.campaign.spec import done_seconds
+from verl_ext.launch.artifacts import CHECKPOINT_TRACKER
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,9 +165,10 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
         "[campaign] 1/4 good_s1: step 2/3 | acc 0.200",
         "[campaign] 1/4 good_s1: step 3/3 | acc 0.300",
     ]
-    assert lines[5].startswith("[campaign] 1/4 good_s1: finished in 0 min; 3 left, ~0 min (mean of 1 finished)")
+    finished = r"\[campaign\] 1/4 good_s1: finished in \d+ min; 3 left, ~\d+ min \(mean of 1 finished\)"
+    assert re.fullmatch(finished, lines[5]), lines[5]
     assert lines[6] == "[campaign] 2/4 bad_s1: started"
-    assert lines[7].startswith("[campaign] 2/4 bad_s1: FAILED (exit 3) after 0 min: ValueError: the reward function")
+    assert re.match(r"\[campaign\] 2/4 bad_s1: FAILED \(exit 3\) after \d+ min: ValueError: the reward", lines[7])
     assert lines[7].endswith(f"; see {tmp_path / 'out' / 'demo' / 'bad_s1' / 'run.log'}")
     assert lines[13] == "[campaign] 4/4 bad_s2: started" and "FAILED" in lines[14]
     # the run's own console keeps every line it wrote, the campaign shows none but those
@@ -177,3 +181,16 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
     second = subprocess.run(cmd + ["--only", "good"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert second.returncode == 0 and "[campaign] demo: 2 runs, 2 done before, 0 to run" in second.stdout
     assert (good / "calls").read_text() == "x"  # not run again
+    # the failed runs, fixed, run on: the time left counts the runs finished before (their DONE holds their time),
+    # but not a run resumed from a checkpoint (its time is only its last part)
+    assert done_seconds(good) is not None and done_seconds(tmp_path / "out" / "demo" / "bad_s1") is None
+    spec = (tmp_path / "spec.yaml").read_text().replace("bad: [fail=yes]", "bad: [fail=no]")
+    (tmp_path / "spec.yaml").write_text(spec)
+    (tmp_path / "out" / "demo" / "bad_s1" / CHECKPOINT_TRACKER).write_text("2")
+    third = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    lines = [line for line in third.stdout.splitlines() if "finished in" in line]
+    assert third.returncode == 0 and len(lines) == 2, third.stdout + third.stderr
+    assert lines[0].startswith("[campaign] 1/2 bad_s1: finished in") and lines[0].endswith("(mean of 2 finished)")
+    assert lines[1].startswith("[campaign] 2/2 bad_s2: finished in") and lines[1].endswith("none left")
+    resumed, fresh = (tmp_path / "out" / "demo" / f"bad_s{s}" for s in (1, 2))
+    assert (resumed / "DONE").read_text() == "finished\n" and done_seconds(fresh) is not None

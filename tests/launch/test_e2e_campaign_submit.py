@@ -42,19 +42,29 @@ def test_campaign_on_the_cluster_survives_a_restart_and_reports_failures(cluster
     local = tmp_path / "local"
     client = job.client(cluster.dashboard_url)
 
+    # 0) With the pre-flight (the default) the broken run is refused before any job is submitted. Below it is
+    #    skipped, so that the broken run fails on the cluster, as a run that passes the check can.
+    with pytest.raises(job.JobError, match="curriculum.max_num_gen_batches must be >= 0"):
+        submit_campaign(spec, plans, client, local, max_concurrent=2, python=sys.executable)
+    assert not [j for j in client.list_jobs() if (j.metadata or {}).get("campaign") == "cs"]
+
     # 1) The script dies right after Ray accepted the first job, before its state file recorded it.
     def die_after_first_submit(msg):
         if "submitted" in msg:
             raise Interrupted(msg)
 
     with pytest.raises(Interrupted, match="grpo_s0: submitted cs-grpo_s0-a1"):
-        submit_campaign(spec, plans, client, local, max_concurrent=2, python=sys.executable, log=die_after_first_submit)
+        submit_campaign(
+            spec, plans, client, local, max_concurrent=2, python=sys.executable, log=die_after_first_submit,
+            preflight="none",
+        )  # fmt: skip
 
     # 2) Restarted: follows that job instead of submitting it again, runs the rest two at a time.
     messages = []
     result = submit_campaign(
-        spec, plans, client, local, max_concurrent=2, python=sys.executable, poll_s=1, log=messages.append
-    )
+        spec, plans, client, local, max_concurrent=2, python=sys.executable, poll_s=1, log=messages.append,
+        preflight="none",
+    )  # fmt: skip
     assert "[campaign] grpo_s0: cs-grpo_s0-a1 was already submitted, following it" in messages
     assert sorted(result.succeeded) == ["grpo_s0", "maxrl_s0"] and result.skipped == []
     assert list(result.failed) == ["broken_s0"]
@@ -87,6 +97,8 @@ def test_campaign_on_the_cluster_survives_a_restart_and_reports_failures(cluster
             "2",
             "--python",
             sys.executable,
+            "--preflight",
+            "none",
         ],
         capture_output=True,
         text=True,

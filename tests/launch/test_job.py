@@ -155,3 +155,10 @@ def test_entry_passes_the_exit_code_through_and_attaches_the_outputs(tmp_path, c
     names = artifacts.unpack(r.stdout, tmp_path / "local")
     assert names == ["config.yaml", "metrics.jsonl", "overrides.yaml"]
     assert "dir: 2x" in (tmp_path / "local" / "config.yaml").read_text(), "resolved"
+
+
+def test_the_checkpoint_tracker_is_verls_own_file():
+    """The campaign runner tells a resumed run by verl's tracker file: fails if verl renames it."""
+    from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
+
+    assert get_checkpoint_tracker_filename("/runs/a") == f"/runs/a/{artifacts.CHECKPOINT_TRACKER}"

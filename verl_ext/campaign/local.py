@@ -10,8 +10,8 @@ import shlex
 import time
 from pathlib import Path
 
-from verl_ext.campaign.spec import CampaignSpec, RunPlan, is_done, mark_done
-from verl_ext.launch.artifacts import METRICS_FILE
+from verl_ext.campaign.spec import CampaignSpec, RunPlan, done_seconds, is_done, mark_done
+from verl_ext.launch.artifacts import CHECKPOINT_TRACKER, METRICS_FILE
 from verl_ext.launch.local_run import driver_command, run_driver
 from verl_ext.metrics_log.plot import plot_runs
 
@@ -42,8 +42,9 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
     run started and ended, with the count and the time left estimated from the runs finished so far, and the run's
     step lines between them (RunProgress). Returns the failed runs' labels. `dry_run`: print the commands only."""
     failed: list[str] = []
-    durations: list[float] = []
     todo = [run for run in plans if not is_done(run.run_dir)]
+    # the time left is estimated from every run that ran in one go: this invocation's and the earlier ones'
+    durations = [t for run in plans if (t := done_seconds(run.run_dir)) is not None]
     if not dry_run:
         print(f"[campaign] {spec.name}: {len(plans)} runs, {len(plans) - len(todo)} done before, {len(todo)} to run")
     for i, run in enumerate(todo, start=1):
@@ -52,12 +53,12 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
             continue
         watch = RunProgress(f"[campaign] {i}/{len(todo)} {run.label}")
         print(f"{watch.tag}: started", flush=True)
-        start = time.monotonic()
+        start, resumed = time.monotonic(), (run.run_dir / CHECKPOINT_TRACKER).exists()
         rc = run_driver(spec.entry, run.overrides, run.run_dir / CONSOLE_FILE, append=True, on_line=watch)
         took = time.monotonic() - start
         if rc == 0:
-            mark_done(run.run_dir)
-            durations.append(took)
+            mark_done(run.run_dir, None if resumed else took)  # a resumed run's time is only its last part
+            durations += [] if resumed else [took]
             print(f"{watch.tag}: finished in {_minutes(took)}; {progress(durations, len(todo) - i)}", flush=True)
         else:
             failed.append(run.label)

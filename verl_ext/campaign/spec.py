@@ -18,6 +18,7 @@ interrupted run continues from its last checkpoint without duplicate metric line
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,6 +151,14 @@ def is_done(run_dir: str | Path) -> bool:
     return (Path(run_dir) / DONE_FILE).exists()
 
 
-def mark_done(run_dir: str | Path) -> None:
+def mark_done(run_dir: str | Path, seconds: float | None = None) -> None:
+    """The run's DONE file, with how long it took when it ran in one go (`seconds`; None for a resumed run)."""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(run_dir) / DONE_FILE).write_text("finished\n")
+    (Path(run_dir) / DONE_FILE).write_text("finished\n" if seconds is None else f"finished in {seconds:.0f} s\n")
+
+
+def done_seconds(run_dir: str | Path) -> float | None:
+    """How long a finished run took, from its DONE file (None: not finished, resumed, or marked without a time)."""
+    path = Path(run_dir) / DONE_FILE
+    m = re.fullmatch(r"finished in (\d+) s\n?", path.read_text()) if path.is_file() else None
+    return float(m[1]) if m else None

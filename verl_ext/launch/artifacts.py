@@ -17,6 +17,9 @@ import tarfile
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"  # a run's metric log, in its run directory (cluster jobs and campaigns alike)
+# verl 0.9.1's checkpoint tracker in a run directory (verl.utils.checkpoint.checkpoint_manager.
+# get_checkpoint_tracker_filename), written after the checkpoint: a run directory holding it resumes from there
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 BEGIN = "===VERL_EXT_ARTIFACTS_BEGIN==="
 END = "===VERL_EXT_ARTIFACTS_END==="
 LINE = "VERL_EXT_ARTIFACT "
