@@ -59,22 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_run_arguments(run)
     run.set_defaults(func=_run)
-    rep = commands.add_parser(
-        "report",
-        help="seed-band curves and tables of a campaign's runs",
-        description=report.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    report.add_arguments(rep)
-    rep.set_defaults(func=report.run)
-    pub = commands.add_parser(
-        "publish",
-        help="copy the finished runs' metrics logs into a results directory",
-        description=publish.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    publish.add_arguments(pub)
-    pub.set_defaults(func=publish.run)
+    # the other subcommands: a module each, with its docstring, add_arguments and run
+    for name, module, summary in (
+        ("report", report, "seed-band curves and tables of a campaign's runs"),
+        ("publish", publish, "copy the finished runs' metrics logs into a results directory"),
+    ):
+        sub = commands.add_parser(
+            name, help=summary, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(func=module.run)
     return p
 
 
