@@ -283,8 +283,7 @@ def build_markdown(
     --at-step steps, and with a target the cost to reach it and the --speedup ratios (one table per cost key)."""
     parts = []
     for k in keys:
-        logged = {label: final_value(recs, k) for label, recs in (references or {}).items()}
-        ref_values = {label: v for label, v in logged.items() if v is not None}
+        ref_values = {label: v for label, recs in (references or {}).items() if (v := final_value(recs, k)) is not None}
         parts.append(final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline, references=ref_values))
     for step in at_steps:
         for k in keys:
