@@ -58,7 +58,8 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
         took = time.monotonic() - start
         if rc == 0:
             mark_done(run.run_dir, None if resumed else took)  # a resumed run's time is only its last part
-            durations += [] if resumed else [took]
+            if not resumed:
+                durations.append(took)
             print(f"{watch.tag}: finished in {_minutes(took)}; {progress(durations, len(todo) - i)}", flush=True)
         else:
             failed.append(run.label)
