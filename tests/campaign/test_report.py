@@ -539,3 +539,18 @@ def test_a_reference_run_is_a_row_of_each_table_and_a_grey_line_on_each_panel(tm
     for bad, says in [("released", "give LABEL=METRICS_JSONL"), (f"x={tmp_path / 'none.jsonl'}", "no metrics log")]:
         with pytest.raises(SystemExit, match=says):
             main([*args, "--reference", bad])
+
+
+def test_a_key_only_some_conditions_log_has_no_difference_written_as_nan():
+    """SEPA's lambda is logged by the SEPA arm only: its row shows the value, and the difference against a baseline
+    that never logged the key is '-', not 'nan'."""
+    key = "adv/sepa_lambda"
+    campaign = {
+        "base": {s: [{"step": 4, VAL: 0.1}] for s in (0, 1)},
+        "sepa": {s: [{"step": 4, VAL: 0.1, key: 1.0}] for s in (0, 1)},
+    }
+    rows = final_table(campaign, key, "base", bootstrap=200)
+    table = final_markdown(key, rows, "base")
+    assert "nan" not in table
+    sepa_line = next(line for line in table.splitlines() if line.startswith("| sepa"))
+    assert sepa_line.split(" | ")[1:5] == ["2", "1.000", "0.000", "-"]

@@ -4,6 +4,7 @@ by numerical integration of its density, bootstrap intervals by their coverage o
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -38,6 +39,18 @@ def test_undefined_cases_are_nan_not_errors():
     assert math.isnan(welch_t_test([0.5], [0.1, 0.2]).p)  # one seed: no variance
     assert math.isnan(welch_t_test([0.5, 0.5], [0.2, 0.2]).p)  # no spread in either group
     assert welch_t_test([0.5, 0.5], [0.2, 0.3]).p < 1.0  # spread in one group is enough
+
+
+def test_a_group_without_spread_is_tested_quietly_from_the_others():
+    # three seeds ending on the same held-out count, as GRPO's did in the real-model ablation
+    a, b = [0.078125, 0.078125, 0.09375], [0.0625, 0.0625, 0.0625]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = welch_t_test(a, b)
+    va = np.var(a, ddof=1) / 3
+    assert r.t == pytest.approx((np.mean(a) - 0.0625) / math.sqrt(va), rel=1e-12)
+    assert r.df == pytest.approx(2.0, rel=1e-12)  # all the spread is a's: df = n_a - 1
+    assert r.p == pytest.approx(_t_tail_by_integration(r.t, r.df), rel=1e-6)
     s = summarize([0.25])
     assert (s.mean, s.n) == (0.25, 1) and math.isnan(s.std)
     assert summarize([]).n == 0

@@ -67,7 +67,7 @@ def final_markdown(
             str(r.summary.n),
             _num(r.summary.mean),
             _num(r.summary.std),
-            "-" if r.condition == baseline else f"{r.diff:+.3f}",
+            "-" if r.condition == baseline or not math.isfinite(r.diff) else f"{r.diff:+.3f}",
             "-" if not math.isfinite(r.p) else f"{r.p:.3g}",
         ]
         if with_ci:
