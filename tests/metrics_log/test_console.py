@@ -63,3 +63,12 @@ def test_val_accuracy_reads_sampled_validation():
     sampled = {"val-core/all/acc/best@4/mean": 0.9, "val-core/all/acc/maj@4/mean": 0.7, "val-core/all/acc/mean@4": 0.4}
     assert val_accuracy({**sampled, "val-core/mathgen/a/acc/mean@4": 0.2}) == 0.4
     assert val_accuracy({"val-core/a/acc/maj@4/mean": 0.7, "val-core/a/acc/mean@4": 0.25}) == 0.25
+
+
+def test_compact_line_of_an_agent_step_shows_its_tool_use():
+    """An agent run's line also says how many episodes called the tool and used its result; the keys are the ones
+    the agent trainer logs (verl_ext/agent/tool_use.py), so a renamed key would drop them from the line."""
+    from verl_ext.agent.tool_use import tool_use_metrics
+
+    metrics = {"critic/score/mean": 0.5, **tool_use_metrics([1, 0, 2, 1], [1, 0, 0, 1])}
+    assert compact_line(2, 16, metrics, 40.0) == "step  2/16 | reward 0.500 | tool call 0.75 | result used 0.50 | 40.0 s"

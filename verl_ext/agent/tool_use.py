@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verl_ext.metrics_log.keys import TOOL_CALL_FRAC_KEY, TOOL_RESULT_IN_ANSWER_KEY
+
 # A result that is an error message is never "reached the answer" (the example tools write `error: ...`).
 _ERROR = re.compile(r"^\s*error\b", re.IGNORECASE)
 
@@ -54,9 +56,9 @@ def tool_use_metrics(calls, result_in_answer) -> dict[str, float]:
     calls = np.asarray(calls, dtype=np.int64)
     reached = np.asarray(result_in_answer, dtype=np.float64)
     if not len(calls):
-        return {"agent/tool_call_frac": 0.0, "agent/tool_calls_mean": 0.0, "agent/tool_result_in_answer_frac": 0.0}
+        return {TOOL_CALL_FRAC_KEY: 0.0, "agent/tool_calls_mean": 0.0, TOOL_RESULT_IN_ANSWER_KEY: 0.0}
     return {
-        "agent/tool_call_frac": float((calls > 0).mean()),
+        TOOL_CALL_FRAC_KEY: float((calls > 0).mean()),
         "agent/tool_calls_mean": float(calls.mean()),
-        "agent/tool_result_in_answer_frac": float(reached.mean()),
+        TOOL_RESULT_IN_ANSWER_KEY: float(reached.mean()),
     }

@@ -13,7 +13,12 @@ import fnmatch
 import math
 from collections.abc import Mapping
 
-from verl_ext.metrics_log.keys import KEEP_RATE_KEY, RESPONSES_PER_GROUP_KEY
+from verl_ext.metrics_log.keys import (
+    KEEP_RATE_KEY,
+    RESPONSES_PER_GROUP_KEY,
+    TOOL_CALL_FRAC_KEY,
+    TOOL_RESULT_IN_ANSWER_KEY,
+)
 
 COMPACT_BACKEND = "compact"
 # verl logs the mean accuracy of n validation samples per question as `mean@n` (n = val_kwargs.n: greedy runs log
@@ -28,6 +33,8 @@ COLUMNS = (
     ("reward", "critic/score/mean", "{:.3f}"),
     ("keep", KEEP_RATE_KEY, "{:.2f}"),
     ("resp/group", RESPONSES_PER_GROUP_KEY, "{:.1f}"),
+    ("tool call", TOOL_CALL_FRAC_KEY, "{:.2f}"),  # agent runs: the share of episodes that called a tool
+    ("result used", TOOL_RESULT_IN_ANSWER_KEY, "{:.2f}"),  # ... and whose answer writes the tool's result
 )
 
 

@@ -1,5 +1,5 @@
-"""Fast DAPO's curriculum metric keys, named once: the trainer writes them, the console line, the plots and the
-campaign report read them.
+"""Fast DAPO's curriculum metric keys and the agent trainer's tool-use shares, named once: the trainers write them,
+the console line, the plots and the campaign report read them.
 
 Fast DAPO's trainer (recipe/fast_dapo/fast_dapo_ray_trainer.py) logs its curriculum controller's counters
 (verl_ext/curriculum/controller.py, `DataController.counters`) under CURRICULUM_PREFIX, and two figures of the batch
@@ -18,3 +18,7 @@ RESPONSES_PER_GROUP_KEY = CURRICULUM_PREFIX + "responses_per_training_group"  # 
 # The batch a step trains on
 TRAIN_BATCH_GROUPS_KEY = CURRICULUM_PREFIX + "train_batch_groups"  # groups in the step's training batch
 MIXED_FRAC_KEY = CURRICULUM_PREFIX + "train_groups_mixed_frac"  # the fraction of them whose rewards were not all equal
+
+# The agent trainer's shares of a step's episodes (verl_ext/agent/tool_use.py)
+TOOL_CALL_FRAC_KEY = "agent/tool_call_frac"  # episodes with at least one well-formed tool call
+TOOL_RESULT_IN_ANSWER_KEY = "agent/tool_result_in_answer_frac"  # episodes whose final answer writes a tool's result
