@@ -14,8 +14,9 @@ import pytest
 from scipy import stats
 
 from verl_ext.campaign.cli import main
-from verl_ext.campaign.render import final_markdown, speedup_markdown
+from verl_ext.campaign.render import change_markdown, final_markdown, speedup_markdown
 from verl_ext.campaign.summary import (
+    change_table,
     cost_band,
     cost_table,
     expand_keys,
@@ -408,6 +409,10 @@ def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, cam
     md = (out / "demo" / "report.md").read_text()
     assert f"`{VAL}` at step 5" in md and f"`{VAL}` at step 7" not in md  # 7: off the validation grid
     assert "`critic/score/mean` at step 7" in md  # logged every step
+    assert main([*args, "--change", "0", "5"]) == 0
+    md = (out / "demo" / "report.md").read_text()
+    assert f"`{VAL}` from step 0 to step 5, within each run" in md
+    assert "`critic/score/mean` from step 0" not in md  # no training reward at step 0: no table
     assert main([*args, "--seeds", "0"]) == 0  # seed 0 alone: one run a condition
     finals = (out / "demo" / "report.md").read_text().split(f"Final `{VAL}`")[1].split("\n\n")[1]
     assert "| base (baseline) | 1 |" in finals and "| fast | 1 |" in finals
@@ -554,3 +559,42 @@ def test_a_key_only_some_conditions_log_has_no_difference_written_as_nan():
     assert "nan" not in table
     sepa_line = next(line for line in table.splitlines() if line.startswith("| sepa"))
     assert sepa_line.split(" | ")[1:5] == ["2", "1.000", "0.000", "-"]
+
+
+def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
+    """Before and after training in the same run: the agent's step-0 and step-16 accuracies. The mean change, its
+    interval (scipy's paired bootstrap, as reference) and the runs that rose, fell or stayed are read per condition;
+    a condition that never logged the key at both steps has no row."""
+    before = {"agent": [0.57, 0.55, 0.60, 0.52], "other": [0.5, 0.5, 0.5, 0.5]}
+    after = {"agent": [0.66, 0.61, 0.60, 0.58], "other": [0.45, 0.5, 0.52, 0.5]}
+    campaign = {
+        c: {s: [{"step": 0, VAL: before[c][s]}, {"step": 8, "critic/score/mean": 0.3}, {"step": 16, VAL: after[c][s]}]
+            for s in range(4)}
+        for c in before
+    }
+    campaign["silent"] = {0: [{"step": 0, VAL: 0.5}]}  # never validated at step 16
+    rows = {r.condition: r for r in change_table(campaign, VAL, 0, 16, bootstrap=2000)}
+    assert set(rows) == {"agent", "other"}
+    agent = rows["agent"]
+    diffs = [a - b for a, b in zip(after["agent"], before["agent"], strict=True)]
+    assert agent.change.value == pytest.approx(sum(diffs) / 4) and agent.change.n == 4
+    want = stats.bootstrap(
+        (after["agent"], before["agent"]),
+        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        paired=True,
+        n_resamples=2000,
+        method="BCa",
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+    assert (agent.change.low, agent.change.high) == pytest.approx((want.low, want.high))
+    assert (agent.rose, agent.fell) == (3, 0)  # seed 2 stayed at 0.60
+    assert (rows["other"].rose, rows["other"].fell) == (1, 1)
+    assert agent.before.mean == pytest.approx(np.mean(before["agent"]))
+    assert agent.after.mean == pytest.approx(np.mean(after["agent"]))
+    table = change_markdown(VAL, 0, 16, list(rows.values()))
+    line = next(x for x in table.splitlines() if x.startswith("| agent"))
+    assert line.endswith(f"| {agent.change.value:+.3f} [{agent.change.low:+.3f}, {agent.change.high:+.3f}] (4) | 3 / 0 / 1 |")
+    # without a bootstrap: the mean change alone
+    plain = change_table(campaign, VAL, 0, 16)[0]
+    assert plain.change.value == pytest.approx(agent.change.value) and math.isnan(plain.change.low)
+    assert change_table(campaign, "critic/score/mean", 0, 16) == []

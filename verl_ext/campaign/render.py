@@ -1,8 +1,8 @@
 """The campaign report's rendering: markdown tables of summary.py's rows and the seed-band figures (matplotlib, the
 `plot` extra, imported when a figure is drawn).
 
-- Tables: the final values (`final_markdown`), the cost to a target (`cost_markdown`), the speed-ups
-  (`speedup_markdown`); numbers readable at a glance (`_num`), "-" for undefined.
+- Tables: the final values (`final_markdown`), the change within each run from one step to another
+  (`change_markdown`), the cost to a target (`cost_markdown`), the speed-ups (`speedup_markdown`); numbers readable at a glance (`_num`), "-" for undefined.
 - Figures: one panel per key against the step, per condition the seeds' mean +- one sample std, and the pass@k keys
   of one prefix in one panel against k (`plot_bands`); the target key against each cumulative cost, per condition
   summary.cost_band and every run's own points (`plot_cost_curves`). A condition has one colour in every panel.
@@ -20,6 +20,7 @@ import numpy as np
 from verl_ext.campaign.stats import PairedResult, Summary
 from verl_ext.campaign.summary import (
     Campaign,
+    ChangeRow,
     CostRow,
     FinalRow,
     Records,
@@ -76,6 +77,18 @@ def final_markdown(
         lines.append("| " + " | ".join(cells) + " |")
     for label, value in (references or {}).items():
         lines.append("| " + " | ".join([f"{label} (reference)", "1", _num(value)] + ["-"] * (len(head) - 3)) + " |")
+    return "\n".join(lines)
+
+
+def change_markdown(key: str, start: int, end: int, rows: Sequence[ChangeRow], level: float = 0.95) -> str:
+    """One key's change within each run from step ``start`` to step ``end``: a row per condition."""
+    head = ["condition", f"step {start}", f"step {end}", f"change [{level:.0%} CI, BCa] (runs)", "rose / fell / same"]
+    lines = [f"`{key}` from step {start} to step {end}, within each run", "", "| " + " | ".join(head) + " |"]
+    lines.append("|" + "---|" * len(head))
+    for r in rows:
+        same = r.change.n - r.rose - r.fell
+        cells = [r.condition, _mean_std(r.before), _mean_std(r.after), _paired_cell(r.change)]
+        lines.append("| " + " | ".join([*cells, f"{r.rose} / {r.fell} / {same}"]) + " |")
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ the cost to reach a target accuracy, read from the runs' JSONL metric logs.
     .venv/bin/python scripts/campaign.py report configs/campaign/advantage_ablation_cpu.yaml \
         [--out-root outputs/campaign] [--keys critic/score/mean 'val-core/*/acc/mean@*'] [--baseline grpo+none] \
         [--target-frac 0.9 | --target 0.3] [--target-key 'val-core/*/acc/mean@*'] [--bootstrap 10000] \
-        [--speedup fast:plain fast:dapo] [--predicted fast:plain=0.75] [--reference released=PATH/metrics.jsonl]
+        [--speedup fast:plain fast:dapo] [--predicted fast:plain=0.75] [--reference released=PATH/metrics.jsonl] \
+        [--at-step 0 16] [--change 0 16]
 
 Writes <out-root>/<name>/report.png (one panel per key: the mean over seeds per condition, shaded +- one sample
 std, against the training step), <out-root>/<name>/report_tokens.png (the target key against cumulative generated
@@ -29,11 +30,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from verl_ext.campaign.derived import INFORMATIVE_KEY, NET_TIME_KEY, informative_groups, time_net_of_validation
-from verl_ext.campaign.render import cost_markdown, final_markdown, plot_bands, plot_cost_curves, speedup_markdown
+from verl_ext.campaign.render import (
+    change_markdown,
+    cost_markdown,
+    final_markdown,
+    plot_bands,
+    plot_cost_curves,
+    speedup_markdown,
+)
 from verl_ext.campaign.spec import CampaignSpec, RunPlan
 from verl_ext.campaign.summary import (
     Campaign,
     Records,
+    change_table,
     cost_table,
     expand_keys,
     final_table,
@@ -100,6 +109,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "step; a key not logged at a step, such as validation off the test_freq grid, has no row there)",
     )
     p.add_argument(
+        "--change",
+        nargs=2,
+        type=int,
+        metavar=("FROM", "TO"),
+        help="also tabulate each key's change within each run from step FROM to step TO (before and after training: "
+        "per condition the mean change with a BCa interval over the runs, and how many rose or fell)",
+    )
+    p.add_argument(
         "--reference",
         nargs="+",
         default=[],
@@ -145,7 +162,18 @@ def run(args: argparse.Namespace) -> int:
     campaign, costs = with_derived_costs(campaign, args.tokens_key, args.time_key)
     goal = None if target_key is None else _target(campaign, target_key, args)
     md = build_markdown(
-        campaign, keys, baseline, costs, args.bootstrap, args.at_step, target_key, goal, speedups, predicted, references
+        campaign,
+        keys,
+        baseline,
+        costs,
+        args.bootstrap,
+        args.at_step,
+        target_key,
+        goal,
+        speedups,
+        predicted,
+        references,
+        args.change,
     )
     seeds = sorted({seed for by_seed in campaign.values() for seed in by_seed})
     title = f"{spec.name}: mean ± std over seeds {seeds}"
@@ -278,9 +306,11 @@ def build_markdown(
     speedups: Sequence[Pair] = (),
     predicted: Mapping[Pair, float] | None = None,
     references: Mapping[str, Records] | None = None,
+    change: Sequence[int] | None = None,
 ) -> str:
     """The report's tables in order: final values (with a row per reference run that logged the key), values at the
-    --at-step steps, and with a target the cost to reach it and the --speedup ratios (one table per cost key)."""
+    --at-step steps, the --change within each run, and with a target the cost to reach it and the --speedup ratios
+    (one table per cost key)."""
     parts = []
     for k in keys:
         ref_values = {label: v for label, recs in (references or {}).items() if (v := final_value(recs, k)) is not None}
@@ -290,6 +320,12 @@ def build_markdown(
             rows = [r for r in final_table(campaign, k, baseline, bootstrap, step=step) if r.summary.n]
             if rows:  # no table for a key nobody logged at that step (validation off the test_freq grid)
                 parts.append(final_markdown(k, rows, baseline, step=step))
+    if change:
+        start, end = change
+        for k in keys:
+            rows = change_table(campaign, k, start, end, bootstrap)
+            if rows:  # no table for a key nobody logged at both steps
+                parts.append(change_markdown(k, start, end, rows))
     if target_key is not None:
         parts.append(cost_markdown(target_key, goal, cost_table(campaign, target_key, goal, list(costs)), costs))
         for cost_key, label in costs.items():

@@ -11,6 +11,9 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   steps at equal steps: whether a step of one arm is worth more than a step of another.
 - Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition, and
   Welch's two-sided p-value (and optionally a bootstrap CI of the difference): verl_ext/campaign/stats.py.
+- Change within a run (``change_table``): each run's value at one step less its value at an earlier one (before and
+  after training), so a run is paired with itself; per condition the mean change with a BCa interval over the runs
+  and how many rose, fell or stayed. "Did it learn", where the final table asks "did it beat the baseline".
 - Cost to reach a target: the first step at which a run's target metric (validation accuracy) is >= target, and the
   value of each cumulative cost key at that step (generated tokens ``curriculum/tokens_generated``, training wall
   time ``time/train_total_s``, both carried across resumes by the trainers; the keys and the value at a step,
@@ -143,6 +146,40 @@ def final_table(
             paired = paired_diff_ci(a, b, n_boot=bootstrap, level=level)
         diff = 0.0 if is_base else s.mean - base_mean
         rows.append(FinalRow(cond, s, diff, math.nan if is_base else welch_t_test(vals, base).p, ci, paired))
+    return rows
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    condition: str
+    before: Summary  # the runs' values at the first step
+    after: Summary  # ... and at the second, over the same runs
+    change: PairedResult  # mean of after - before over the runs, its CI when a bootstrap was asked for
+    rose: int
+    fell: int  # runs with after < before; the rest of change.n stayed
+
+
+def change_table(
+    campaign: Campaign, key: str, start: int, end: int, bootstrap: int = 0, level: float = 0.95
+) -> list[ChangeRow]:
+    """Per condition the change of ``key`` from step ``start`` to step ``end`` within each run that logged it at both
+    (a condition where none did has no row)."""
+    rows = []
+    for cond, runs in campaign.items():
+        pairs = [
+            (a, b)
+            for recs in runs.values()
+            if (a := final_value(recs, key, start)) is not None and (b := final_value(recs, key, end)) is not None
+        ]
+        if not pairs:
+            continue
+        before, after = (np.asarray(x, dtype=float) for x in zip(*pairs, strict=True))
+        if bootstrap:
+            change = paired_diff_ci(after, before, n_boot=bootstrap, level=level)
+        else:
+            change = PairedResult(float((after - before).mean()), math.nan, math.nan, len(pairs), "")
+        rose, fell = int((after > before).sum()), int((after < before).sum())
+        rows.append(ChangeRow(cond, summarize(before), summarize(after), change, rose, fell))
     return rows
 
 
