@@ -96,6 +96,18 @@ def test_final_table_against_scipy(campaign):
         final_table(campaign, VAL, "nope")
 
 
+def scipy_paired_diff_bca(a, b, n_resamples: int):
+    """The reference interval: scipy's BCa bootstrap of mean(a - b) over the pairs, with the project's seed 0."""
+    return stats.bootstrap(
+        (a, b),
+        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
+        paired=True,
+        n_resamples=n_resamples,
+        method="BCa",
+        rng=np.random.default_rng(0),
+    ).confidence_interval
+
+
 def test_paired_difference_over_common_seeds_with_a_bca_interval():
     """Each seed's own offset cancels in the paired difference: fast is base + 0.05 + small noise on every seed,
     while the seeds spread by 0.1; the BCa interval (scipy's, over the pairs) holds 0.05 and excludes 0, where the
@@ -109,14 +121,7 @@ def test_paired_difference_over_common_seeds_with_a_bca_interval():
     paired = rows["fast"].paired
     diffs = [0.05 + x for x in noise]
     assert paired.n == 5 and paired.method == "BCa" and paired.value == pytest.approx(np.mean(diffs))
-    want = stats.bootstrap(
-        ([0.1 * s + 0.05 + noise[s] for s in range(5)], [0.1 * s for s in range(5)]),
-        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
-        paired=True,
-        n_resamples=2000,
-        method="BCa",
-        rng=np.random.default_rng(0),
-    ).confidence_interval
+    want = scipy_paired_diff_bca([0.1 * s + 0.05 + noise[s] for s in range(5)], [0.1 * s for s in range(5)], 2000)
     assert (paired.low, paired.high) == pytest.approx((want.low, want.high))
     assert 0 < paired.low <= 0.05 <= paired.high
     assert rows["fast"].ci[0] < 0 < rows["fast"].ci[1]  # unpaired: the seeds' spread swamps the effect
@@ -578,14 +583,7 @@ def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
     agent = rows["agent"]
     diffs = [a - b for a, b in zip(after["agent"], before["agent"], strict=True)]
     assert agent.change.value == pytest.approx(sum(diffs) / 4) and agent.change.n == 4
-    want = stats.bootstrap(
-        (after["agent"], before["agent"]),
-        lambda x, y, axis: np.mean(x, axis=axis) - np.mean(y, axis=axis),
-        paired=True,
-        n_resamples=2000,
-        method="BCa",
-        rng=np.random.default_rng(0),
-    ).confidence_interval
+    want = scipy_paired_diff_bca(after["agent"], before["agent"], 2000)
     assert (agent.change.low, agent.change.high) == pytest.approx((want.low, want.high))
     assert (agent.rose, agent.fell) == (3, 0)  # seed 2 stayed at 0.60
     assert (rows["other"].rose, rows["other"].fell) == (1, 1)
