@@ -573,8 +573,10 @@ def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
     before = {"agent": [0.57, 0.55, 0.60, 0.52], "other": [0.5, 0.5, 0.5, 0.5]}
     after = {"agent": [0.66, 0.61, 0.60, 0.58], "other": [0.45, 0.5, 0.52, 0.5]}
     campaign = {
-        c: {s: [{"step": 0, VAL: before[c][s]}, {"step": 8, "critic/score/mean": 0.3}, {"step": 16, VAL: after[c][s]}]
-            for s in range(4)}
+        c: {
+            s: [{"step": 0, VAL: before[c][s]}, {"step": 8, "critic/score/mean": 0.3}, {"step": 16, VAL: after[c][s]}]
+            for s in range(4)
+        }
         for c in before
     }
     campaign["silent"] = {0: [{"step": 0, VAL: 0.5}]}  # never validated at step 16
@@ -591,7 +593,9 @@ def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
     assert agent.after.mean == pytest.approx(np.mean(after["agent"]))
     table = change_markdown(VAL, 0, 16, list(rows.values()))
     line = next(x for x in table.splitlines() if x.startswith("| agent"))
-    assert line.endswith(f"| {agent.change.value:+.3f} [{agent.change.low:+.3f}, {agent.change.high:+.3f}] (4) | 3 / 0 / 1 |")
+    assert line.endswith(
+        f"| {agent.change.value:+.3f} [{agent.change.low:+.3f}, {agent.change.high:+.3f}] (4) | 3 / 0 / 1 |"
+    )
     # without a bootstrap: the mean change alone
     plain = change_table(campaign, VAL, 0, 16)[0]
     assert plain.change.value == pytest.approx(agent.change.value) and math.isnan(plain.change.low)

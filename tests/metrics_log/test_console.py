@@ -71,4 +71,6 @@ def test_compact_line_of_an_agent_step_shows_its_tool_use():
     from verl_ext.agent.tool_use import tool_use_metrics
 
     metrics = {"critic/score/mean": 0.5, **tool_use_metrics([1, 0, 2, 1], [1, 0, 0, 1])}
-    assert compact_line(2, 16, metrics, 40.0) == "step  2/16 | reward 0.500 | tool call 0.75 | result used 0.50 | 40.0 s"
+    assert (
+        compact_line(2, 16, metrics, 40.0) == "step  2/16 | reward 0.500 | tool call 0.75 | result used 0.50 | 40.0 s"
+    )

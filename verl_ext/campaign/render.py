@@ -2,7 +2,8 @@
 `plot` extra, imported when a figure is drawn).
 
 - Tables: the final values (`final_markdown`), the change within each run from one step to another
-  (`change_markdown`), the cost to a target (`cost_markdown`), the speed-ups (`speedup_markdown`); numbers readable at a glance (`_num`), "-" for undefined.
+  (`change_markdown`), the cost to a target (`cost_markdown`), the speed-ups (`speedup_markdown`); numbers readable
+  at a glance (`_num`), "-" for undefined.
 - Figures: one panel per key against the step, per condition the seeds' mean +- one sample std, and the pass@k keys
   of one prefix in one panel against k (`plot_bands`); the target key against each cumulative cost, per condition
   summary.cost_band and every run's own points (`plot_cost_curves`). A condition has one colour in every panel.
