@@ -1,5 +1,5 @@
 # The two commands of the README. Both create .venv from the project's files first if it is missing or stale.
-.PHONY: demo demo-real test test-multinode test-gpu env
+.PHONY: demo demo-real teacher-real test test-multinode test-gpu env
 
 env:
 	bash scripts/setup_env.sh
@@ -12,6 +12,17 @@ demo: env
 # use) on the generated math task (docs/REAL_MODEL.md).
 demo-real: env
 	PRESET=real_cpu bash scripts/run_demo.sh $(ARGS)
+
+# The Composer's trained teacher (configs/campaign/composer_real_cpu.yaml): fast DAPO's real preset, seed 0, as
+# published in docs/results/real_demo_cpu/fast_s0 (~30 min on 2 cores), exported as a float32 Hugging Face directory.
+# Skipped when the directory exists.
+TEACHER_DIR ?= outputs/teachers/fast_dapo_real_s0_step16
+teacher-real: env
+	test -f $(TEACHER_DIR)/config.json || { \
+	  .venv/bin/python scripts/campaign.py configs/campaign/real_demo_cpu.yaml --runs fast_s0 \
+	    --out-root outputs/teachers && \
+	  .venv/bin/python -m verl_ext.pretrained.export --target-dir $(TEACHER_DIR) \
+	    --local-dir outputs/teachers/real_demo_cpu/fast_s0/global_step_16/actor; }
 
 # The whole test suite (what CI runs).
 test: env
