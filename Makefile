@@ -13,9 +13,9 @@ demo: env
 demo-real: env
 	PRESET=real_cpu bash scripts/run_demo.sh $(ARGS)
 
-# The Composer's trained teacher (configs/campaign/composer_real_cpu.yaml): fast DAPO's real preset, seed 0, as
-# published in docs/results/real_demo_cpu/fast_s0 (~30 min on 2 cores), exported as a float32 Hugging Face directory.
-# Skipped when the directory exists.
+# The Composer's trained teacher (configs/campaign/composer_real_cpu.yaml): fast DAPO's real preset, seed 0, the run
+# docs/results/real_demo_cpu/fast_s0 again (the recipe, not the weights: sampling on CPU is not bit-reproducible),
+# exported as a float32 Hugging Face directory; ~30 min on 2 cores. Skipped when the directory exists.
 TEACHER_DIR ?= outputs/teachers/fast_dapo_real_s0_step16
 teacher-real: env
 	test -f $(TEACHER_DIR)/config.json || { \
