@@ -15,7 +15,7 @@ demo-real: env
 
 # The Composer's trained teacher (configs/campaign/composer_real_cpu.yaml): fast DAPO's real preset, seed 0, the run
 # docs/results/real_demo_cpu/fast_s0 again (the recipe, not the weights: sampling on CPU is not bit-reproducible),
-# exported as a float32 Hugging Face directory; ~30 min on 2 cores. Skipped when the directory exists.
+# exported as a float32 Hugging Face directory; ~15 min on 2 cores. Skipped when the directory exists.
 TEACHER_DIR ?= outputs/teachers/fast_dapo_real_s0_step16
 teacher-real: env
 	test -f $(TEACHER_DIR)/config.json || { \
