@@ -194,3 +194,43 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
     assert lines[1].startswith("[campaign] 2/2 bad_s2: finished in") and lines[1].endswith("none left")
     resumed, fresh = (tmp_path / "out" / "demo" / f"bad_s{s}" for s in (1, 2))
     assert (resumed / "DONE").read_text() == "finished\n" and done_seconds(fresh) is not None
+
+
+def test_curves_of_a_campaign_run_in_parts_skip_the_keys_no_run_logged_yet(tmp_path, capsys):
+    """The first runs of a campaign run in parts may all be of a condition without a plotted loss: the curves draw
+    what was logged and name the rest, and the runs' exit status stays theirs (a KeyError here once failed a
+    finished baseline run)."""
+    from verl_ext.campaign.local import plot_curves
+    from verl_ext.metrics_log import JsonlMetricsWriter
+
+    spec = CampaignSpec.from_dict(
+        {
+            "name": "c",
+            "entry": "m",
+            "seeds": [0],
+            "conditions": {"base": [], "extra": []},
+            "plot_keys": ["acc", "loss/extra"],
+        }
+    )
+    plans = spec.runs(tmp_path)
+    plans[0].run_dir.mkdir(parents=True)
+    w = JsonlMetricsWriter(plans[0].metrics_path)
+    for step in (1, 2, 3):
+        w.log(step, {"acc": step / 10})
+    w.close()
+    plot_curves(spec, plans, tmp_path)
+    out = capsys.readouterr().out
+    assert "[campaign] curves: no run so far logged ['loss/extra']; no panel for them" in out
+    assert (tmp_path / "c" / "curves.png").stat().st_size > 5000
+    # once a run logs it, the panel is drawn and nothing is said
+    plans[1].run_dir.mkdir(parents=True)
+    w = JsonlMetricsWriter(plans[1].metrics_path)
+    w.log(1, {"acc": 0.2, "loss/extra": 0.5})
+    w.close()
+    plot_curves(spec, plans, tmp_path)
+    assert "no run so far logged" not in capsys.readouterr().out
+    # a spec key no run ever logs draws nothing rather than raising
+    spec = CampaignSpec.from_dict({**spec.__dict__, "plot_keys": ["typo"]})
+    (tmp_path / "c" / "curves.png").unlink()
+    plot_curves(spec, plans, tmp_path)
+    assert "no run so far logged ['typo']" in capsys.readouterr().out and not (tmp_path / "c" / "curves.png").exists()

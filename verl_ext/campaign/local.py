@@ -13,6 +13,7 @@ from pathlib import Path
 from verl_ext.campaign.spec import CampaignSpec, RunPlan, done_seconds, is_done, mark_done
 from verl_ext.launch.artifacts import CHECKPOINT_TRACKER, METRICS_FILE
 from verl_ext.launch.local_run import driver_command, run_driver
+from verl_ext.metrics_log.jsonl import read_jsonl
 from verl_ext.metrics_log.plot import plot_runs
 
 CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
@@ -86,10 +87,19 @@ def _minutes(seconds: float) -> str:
 
 def plot_curves(spec: CampaignSpec, plans: list[RunPlan], root: Path) -> None:
     """`spec.plot_keys` of every run that has a metric log under `root` (local runs, or a cluster's collected
-    outputs), one figure: <root>/<name>/curves.png."""
+    outputs), one figure: <root>/<name>/curves.png. A key none of these runs logged (a campaign run in parts, whose
+    first runs are of a condition without that loss) gets no panel and a line saying so: the runs' exit status is
+    the training's, never the plot's."""
     logs = [(r.label, root / spec.name / r.label / METRICS_FILE) for r in plans]
     logs = [(label, path) for label, path in logs if path.exists()]
-    if spec.plot_keys and logs:
+    if not (spec.plot_keys and logs):
+        return
+    logged = set().union(*(record.keys() for _, path in logs for record in read_jsonl(path)))
+    keys = [k for k in spec.plot_keys if k in logged]
+    absent = [k for k in spec.plot_keys if k not in logged]
+    if absent:
+        print(f"[campaign] curves: no run so far logged {absent}; no panel for them")
+    if keys:
         out = root / spec.name / "curves.png"
-        plot_runs([path for _, path in logs], spec.plot_keys, out, labels=[label for label, _ in logs])
+        plot_runs([path for _, path in logs], keys, out, labels=[label for label, _ in logs])
         print(f"[campaign] curves of {len(logs)} runs: {out}")
