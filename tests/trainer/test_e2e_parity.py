@@ -122,24 +122,31 @@ TOKEN_LP_ATOL = 5e-5
 
 
 def _shared_abs(key: str, step_metrics: dict) -> float:
-    """Absolute tolerance of one metric. verl's sequence-level importance weights are exp(sum_t log rho_t): each
-    sequence sums its tokens' log-prob differences, so a per-token bound d moves a weight near 1 by up to L * d, L the
-    longest response, and their statistics (mean, extremes, std) by as much; chi2_seq is mean(w^2) - 1, moved by up
-    to 2 * L * d. The update's own ratio rho = exp(lp - old_lp) compares two shared passes (the update's and the
-    old log-probs', batched differently), each within d of the exact value: ppo_kl, a mean of lp - old_lp, moves by
-    up to 2d, and pg_loss, an average of -A * rho whose terms cancel to ~0 on policy (GRPO's advantages sum to zero in
-    each group), by up to max|A| * 2d: its value is that noise, so no relative tolerance applies (CI saw 5.4e-5
-    beside 7e-9). Every other compared metric is a mean or an extreme of per-token quantities."""
+    """Absolute tolerance of one metric, from the per-token log-prob bound d of a shared pass. Most of these metrics
+    are differences of log-probs that agree to float noise (vLLM and the actor serve the same weights; the update
+    runs on policy), so their values are that noise and only an absolute bound applies (CI saw pg_loss at 5.4e-5
+    beside 7e-9).
+    - rollout_corr's per-token statistics (kl, log_ppl_diff and its extremes, the token IS weights) move by up to d;
+      chi2_token, mean(rho^2) - 1, by up to 2d.
+    - Its sequence-level weights are exp(sum_t log rho_t): a weight near 1 moves by up to L * d, L the longest
+      response, and so do their statistics; chi2_seq, mean(w^2) - 1, by up to 2 * L * d.
+    - The update's ratio rho = exp(lp - old_lp) compares two shared passes (batched differently), each within d of
+      the exact value: ppo_kl, a mean of lp - old_lp, moves by up to 2d; pg_loss, an average of -A * rho whose terms
+      cancel on policy (GRPO's advantages sum to zero in each group), by up to max|A| * 2d.
+    Every other compared metric (scores, lengths, losses and norms of order 1e-2 and up) keeps SHARED_ABS."""
+    d = TOKEN_LP_ATOL
     longest = step_metrics["response_length/max"]
-    if key == "actor/ppo_kl":
-        return 2 * TOKEN_LP_ATOL
+    if key == "actor/ppo_kl" or key == "rollout_corr/chi2_token":
+        return 2 * d
     if key == "actor/pg_loss":
         largest = max(abs(step_metrics["critic/advantages/max"]), abs(step_metrics["critic/advantages/min"]))
-        return 2 * largest * TOKEN_LP_ATOL
+        return 2 * largest * d
     if key == "rollout_corr/chi2_seq":
-        return 2 * longest * TOKEN_LP_ATOL
+        return 2 * longest * d
     if key.startswith("rollout_corr/rollout_is_seq_"):
-        return longest * TOKEN_LP_ATOL
+        return longest * d
+    if key.startswith("rollout_corr/"):
+        return d
     return SHARED_ABS
 
 
