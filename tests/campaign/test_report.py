@@ -15,6 +15,7 @@ from scipy import stats
 
 from verl_ext.campaign.cli import main
 from verl_ext.campaign.render import change_markdown, final_markdown, speedup_markdown
+from verl_ext.campaign.stats import pairs_to_resolve
 from verl_ext.campaign.summary import (
     change_table,
     cost_band,
@@ -127,6 +128,10 @@ def test_paired_difference_over_common_seeds_with_a_bca_interval():
     assert rows["fast"].ci[0] < 0 < rows["fast"].ci[1]  # unpaired: the seeds' spread swamps the effect
     table = final_markdown(VAL, list(rows.values()), "base")
     assert f"{paired.value:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}] (5)" in table
+    # beside it, the seed pairs a paired t-test needs to resolve this difference (stats.pairs_to_resolve): with this
+    # little noise, the fewest there can be
+    assert rows["fast"].to_resolve == pairs_to_resolve(diffs) == 2 and table.splitlines()[-1].endswith("| 2 |")
+    assert "pairs for 80% power at this Δ" in table.splitlines()[2] and rows["base"].to_resolve is None
 
 
 def test_table_at_a_step_compares_arms_step_for_step():

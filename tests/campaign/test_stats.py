@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from verl_ext.campaign.stats import bootstrap_diff_ci, paired_ratio_ci, summarize, welch_t_test
+from verl_ext.campaign.stats import bootstrap_diff_ci, paired_ratio_ci, pairs_to_resolve, summarize, welch_t_test
 
 
 def _t_tail_by_integration(t: float, df: float) -> float:
@@ -108,3 +108,39 @@ def test_bootstrap_rejects_bad_level():
         bootstrap_diff_ci([1.0], [2.0], level=95)
     with pytest.raises(ValueError, match="level"):
         paired_ratio_ci([1.0], [2.0], level=0)
+
+
+@pytest.mark.parametrize("standardized, want", [(0.2, 199), (0.5, 34), (0.8, 15), (1.0, 10)])
+def test_pairs_to_resolve_matches_the_published_paired_t_table(standardized, want):
+    """Cohen's (1988) sample sizes for a two-sided one-sample / paired t-test at alpha 0.05 and power 0.8 (as G*Power
+    gives them): d = 0.2 -> 199, 0.5 -> 34, 0.8 -> 15, 1.0 -> 10."""
+    diffs = [standardized * math.sqrt(2) + 1, standardized * math.sqrt(2) - 1]  # sd sqrt(2), mean d * sqrt(2)
+    assert pairs_to_resolve(diffs) == want
+    assert pairs_to_resolve([-x for x in diffs]) == want  # the sign of the difference does not matter
+
+
+def test_pairs_to_resolve_is_the_n_at_which_simulated_t_tests_reach_the_power():
+    """The slow reference: simulate paired t-tests on normal differences of the observed mean and spread; at the
+    returned n they reject at >= 80% (within simulation noise), one pair fewer they do not."""
+    from scipy import stats
+
+    diffs = [0.03, -0.01, 0.05, 0.0]  # a campaign's four seed differences: mean 0.0175, sd 0.0263
+    n = pairs_to_resolve(diffs)
+    mean, sd = np.mean(diffs), np.std(diffs, ddof=1)
+    rng = np.random.default_rng(0)
+
+    def simulated_power(k: int) -> float:
+        x = rng.normal(mean, sd, size=(40_000, k))
+        return float((stats.ttest_1samp(x, 0.0, axis=1).pvalue < 0.05).mean())
+
+    assert simulated_power(n) >= 0.8 - 0.006 and simulated_power(n - 1) < 0.8 + 0.006
+    # a smaller effect than the one seen, asked for: more pairs
+    assert pairs_to_resolve(diffs, effect=mean / 2) > 3 * n
+
+
+def test_pairs_to_resolve_degenerate_cases():
+    assert math.isnan(pairs_to_resolve([0.1]))  # one pair: no spread to read
+    assert pairs_to_resolve([0.1, -0.1]) == math.inf  # no difference seen: none resolves it
+    assert pairs_to_resolve([0.1, 0.1, 0.1]) == 2  # no spread: the fewest a t-test can take
+    with pytest.raises(ValueError, match="power"):
+        pairs_to_resolve([0.1, 0.2], power=1.0)

@@ -60,7 +60,11 @@ def final_markdown(
     with_ci = any(r.ci is not None for r in rows)
     head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
     if with_ci:
-        head += [f"{level:.0%} CI of Δ (bootstrap)", f"paired Δ [{level:.0%} CI, BCa] (pairs)"]
+        head += [
+            f"{level:.0%} CI of Δ (bootstrap)",
+            f"paired Δ [{level:.0%} CI, BCa] (pairs)",
+            "pairs for 80% power at this Δ",
+        ]
     title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -75,6 +79,7 @@ def final_markdown(
         if with_ci:
             cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
             cells.append(_paired_cell(r.paired))
+            cells.append(_count_cell(r.to_resolve))
         lines.append("| " + " | ".join(cells) + " |")
     for label, value in (references or {}).items():
         lines.append("| " + " | ".join([f"{label} (reference)", "1", _num(value)] + ["-"] * (len(head) - 3)) + " |")
@@ -91,6 +96,12 @@ def change_markdown(key: str, start: int, end: int, rows: Sequence[ChangeRow], l
         cells = [r.condition, _mean_std(r.before), _mean_std(r.after), _paired_cell(r.change)]
         lines.append("| " + " | ".join([*cells, f"{r.rose} / {r.fell} / {same}"]) + " |")
     return "\n".join(lines)
+
+
+def _count_cell(n: float | None) -> str:
+    if n is None or math.isnan(n):
+        return "-"
+    return "∞ (Δ = 0)" if math.isinf(n) else f"{n:,.0f}"
 
 
 def _paired_cell(p: PairedResult | None) -> str:

@@ -14,6 +14,10 @@ its sample standard deviation (ddof = 1) and n, and against a baseline condition
 - A speed-up: the ratio mean(cost_a) / mean(cost_b) over seed pairs (same seed = same prompts and initial model in
   both conditions), with a BCa bootstrap CI that resamples pairs (``scipy.stats.bootstrap(paired=True)``; percentile
   when BCa is undefined, e.g. every resample alike). A CI that excludes 1 says the saving is not seed noise.
+- Pairs to resolve a difference: the fewest seed pairs with which a two-sided paired t-test at the CI's level has
+  80% power against a true difference of the observed size, the spread of the differences taken as the observed
+  one (the noncentral t, ``scipy.stats.nct``; Cohen 1988, ch. 2). What a null result would take to see its effect,
+  if that effect were real; a planning figure, as uncertain as the spread it reads from 2-5 seeds.
 
 Undefined cases are nan, never an exception: n < 2 in either group, or both groups without spread (se = 0).
 """
@@ -132,6 +136,40 @@ def paired_diff_ci(
 
     low, high, method = _paired_bootstrap(xa, xb, statistic, n_boot, level, seed)
     return PairedResult(float((xa - xb).mean()), low, high, int(xa.size), method)
+
+
+def pairs_to_resolve(
+    differences: Sequence[float], effect: float | None = None, level: float = 0.95, power: float = 0.8
+) -> float:
+    """The fewest pairs n with which a two-sided paired t-test at ``level`` rejects "no difference" with probability
+    ``power`` when the true mean difference is ``effect`` (default: the observed mean) and the differences' standard
+    deviation is the observed one: the smallest n >= 2 with P(|T| > t_crit) >= power, T ~ nct(n - 1, effect / sd *
+    sqrt(n)). nan with fewer than 2 differences; inf when the effect is 0; 2 when the differences have no spread."""
+    from scipy import stats
+
+    if not 0.0 < level < 1.0 or not 0.0 < power < 1.0:
+        raise ValueError(f"level and power must be in (0, 1), got {level} and {power}")
+    d = np.asarray(differences, dtype=float)
+    if d.size < 2:
+        return math.nan
+    size = abs(float(d.mean()) if effect is None else float(effect))
+    sd = float(d.std(ddof=1))
+    if size == 0.0:
+        return math.inf
+    if sd <= 1e-9 * size:  # equal differences (float rounding leaves a spread of ~1e-17)
+        return 2
+    standardized = size / sd
+    # the normal approximation undercounts the t-test's n: start there and walk up
+    z = stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)
+    n = max(2, math.floor((z / standardized) ** 2))
+    while n < 1_000_000:
+        df = n - 1
+        crit = stats.t.ppf(1 - (1 - level) / 2, df)
+        nc = standardized * math.sqrt(n)
+        if stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) >= power:
+            return n
+        n += 1
+    return math.inf
 
 
 def _pairs(a: Sequence[float], b: Sequence[float], n_boot: int, level: float) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,9 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   table at a given step (each run's value logged at exactly that step) compares arms that ran different numbers of
   steps at equal steps: whether a step of one arm is worth more than a step of another.
 - Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition, and
-  Welch's two-sided p-value (and optionally a bootstrap CI of the difference): verl_ext/campaign/stats.py.
+  Welch's two-sided p-value (and optionally a bootstrap CI of the difference, the paired difference over the seeds
+  both ran with its BCa CI, and the seed pairs a paired t-test would need to resolve that difference at 80% power):
+  verl_ext/campaign/stats.py.
 - Change within a run (``change_table``): each run's value at one step less its value at an earlier one (before and
   after training), so a run is paired with itself; per condition the mean change with a BCa interval over the runs
   and how many rose, fell or stayed. "Did it learn", where the final table asks "did it beat the baseline".
@@ -54,6 +56,7 @@ from verl_ext.campaign.stats import (
     bootstrap_diff_ci,
     paired_diff_ci,
     paired_ratio_ci,
+    pairs_to_resolve,
     summarize,
     welch_t_test,
 )
@@ -118,6 +121,7 @@ class FinalRow:
     p: float  # Welch two-sided, nan if undefined
     ci: tuple[float, float] | None  # bootstrap CI of diff, when asked for
     paired: PairedResult | None = None  # the difference over the seeds both ran, with its BCa CI, when asked for
+    to_resolve: float | None = None  # seed pairs a paired t-test needs for 80% power at the paired difference seen
 
 
 def final_table(
@@ -138,14 +142,16 @@ def final_table(
     for cond, vals in finals.items():
         s = summarize(vals)
         is_base = cond == baseline
-        ci = paired = None
+        ci = paired = to_resolve = None
         if bootstrap and not is_base:
             ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level)
             seeds = sorted(set(by_seed[cond]) & set(by_seed[baseline]))
             a, b = [by_seed[cond][x] for x in seeds], [by_seed[baseline][x] for x in seeds]
             paired = paired_diff_ci(a, b, n_boot=bootstrap, level=level)
+            to_resolve = pairs_to_resolve([x - y for x, y in zip(a, b)], level=level)
         diff = 0.0 if is_base else s.mean - base_mean
-        rows.append(FinalRow(cond, s, diff, math.nan if is_base else welch_t_test(vals, base).p, ci, paired))
+        p = math.nan if is_base else welch_t_test(vals, base).p
+        rows.append(FinalRow(cond, s, diff, p, ci, paired, to_resolve))
     return rows
 
 
