@@ -54,3 +54,31 @@ def test_a_published_log_with_other_contents_is_refused_unless_overwrite(tmp_pat
     assert "other contents, not replaced (--overwrite): a_s0" in capsys.readouterr().out
     assert main([*args, "--overwrite"]) == 0
     assert '"who": "a_s0"' in published.read_text()
+
+
+def test_the_last_validations_answers_are_published_beside_the_log(tmp_path):
+    """verl's held-out answer dumps (<run>/validation/<step>.jsonl): the last one is published, numerically last (step
+    16 after step 4, not after "4" as text), under the same idempotence and conflict rules as the log."""
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    out, to = tmp_path / "out", tmp_path / "results"
+    run = make_run(out, "a_s0", done=True)
+    (run / "validation").mkdir()
+    for step in (0, 4, 16):
+        (run / "validation" / f"{step}.jsonl").write_text(f'{{"step": {step}, "output": "\\\\boxed{{{step}}}"}}\n')
+    make_run(out, "a_s1", done=True)  # a run without dumps publishes its log alone
+    spec = CampaignSpec.from_yaml(tmp_path / "spec.yaml")
+    first = publish(spec, out, to, prune=False, overwrite=False)
+    assert first.copied == ["a_s0", "a_s1"]
+    assert [p.name for p in (to / "demo" / "a_s0" / "validation").iterdir()] == ["16.jsonl"]
+    assert (to / "demo" / "a_s0" / "validation" / "16.jsonl").read_bytes() == (
+        run / "validation" / "16.jsonl"
+    ).read_bytes()
+    assert not (to / "demo" / "a_s1" / "validation").exists()
+    assert publish(spec, out, to, prune=False, overwrite=False).unchanged == ["a_s0", "a_s1"]
+    # other answers under the same name: refused, kept, unless overwrite
+    (to / "demo" / "a_s0" / "validation" / "16.jsonl").write_text("another campaign\n")
+    again = publish(spec, out, to, prune=False, overwrite=False)
+    assert again.conflicts == ["a_s0"] and (to / "demo" / "a_s0" / "validation" / "16.jsonl").read_text() == (
+        "another campaign\n"
+    )
+    assert publish(spec, out, to, prune=False, overwrite=True).copied == ["a_s0"]

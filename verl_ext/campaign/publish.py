@@ -4,7 +4,8 @@
     .venv/bin/python scripts/campaign.py publish configs/campaign/advantage_real_cpu.yaml --to docs/results \
         [--out-root outputs/campaign] [--prune-checkpoints]
 
-Each run with a DONE file has its metrics log copied to <to>/<name>/<label>/metrics.jsonl; a run without one
+Each run with a DONE file has its metrics log copied to <to>/<name>/<label>/metrics.jsonl, and its last validation's
+held-out answers, when it dumped them (verl's <run>/validation/<step>.jsonl), to <label>/validation/; a run without one
 (still running, failed, not started) is listed and left alone, so a log is never published half-written. A log
 already published with the same bytes is left as it is; one that differs is refused (exit 1) unless --overwrite:
 a finished run does not change, so a difference means two campaigns under one name. --prune-checkpoints deletes a
@@ -23,6 +24,7 @@ from pathlib import Path
 from verl_ext.campaign.spec import CampaignSpec, is_done
 
 CHECKPOINT_GLOB = "global_step_*"
+VALIDATION_DIR = "validation"  # the real presets' trainer.validation_data_dir, inside the run's directory
 
 
 @dataclass
@@ -41,22 +43,39 @@ def publish(spec: CampaignSpec, out_root: str | Path, to: str | Path, prune: boo
         if not is_done(plan.run_dir) or not plan.metrics_path.is_file():
             result.unfinished.append(plan.label)
             continue
-        target = Path(to) / spec.name / plan.label / plan.metrics_path.name
-        data = plan.metrics_path.read_bytes()
-        if target.is_file() and target.read_bytes() == data:
-            result.unchanged.append(plan.label)
-        elif target.is_file() and not overwrite:
+        target = Path(to) / spec.name / plan.label
+        files = [plan.metrics_path]
+        if answers := last_validation(plan.run_dir):
+            files.append(answers)
+        outcomes = {_copy(f, target / f.relative_to(plan.run_dir), overwrite) for f in files}
+        if "conflict" in outcomes:
             result.conflicts.append(plan.label)
             continue
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            result.copied.append(plan.label)
+        (result.copied if "copied" in outcomes else result.unchanged).append(plan.label)
         if prune:
             for ckpt in sorted(plan.run_dir.glob(CHECKPOINT_GLOB)):
                 result.pruned_bytes += sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
                 shutil.rmtree(ckpt)
     return result
+
+
+def last_validation(run_dir: Path) -> Path | None:
+    """The run's last held-out answers as verl dumps them (trainer.validation_data_dir = <run>/validation, the real
+    presets' default: <step>.jsonl), or None."""
+    dumps = [f for f in (run_dir / VALIDATION_DIR).glob("*.jsonl") if f.stem.isdigit()]
+    return max(dumps, key=lambda f: int(f.stem), default=None)
+
+
+def _copy(src: Path, target: Path, overwrite: bool) -> str:
+    """ "unchanged" (the same bytes already there), "conflict" (other bytes, kept) or "copied"."""
+    data = src.read_bytes()
+    if target.is_file() and target.read_bytes() == data:
+        return "unchanged"
+    if target.is_file() and not overwrite:
+        return "conflict"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return "copied"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
