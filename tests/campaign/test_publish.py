@@ -77,7 +77,9 @@ def test_the_last_validations_answers_are_published_beside_the_log(tmp_path):
     assert publish(spec, out, to, prune=False, overwrite=False).unchanged == ["a_s0", "a_s1"]
     # other answers under the same name: refused, kept, unless overwrite
     (to / "demo" / "a_s0" / "validation" / "16.jsonl").write_text("another campaign\n")
+    (run / "metrics.jsonl").write_text('{"step": 1, "who": "rerun"}\n')  # not published either: the run conflicts
     again = publish(spec, out, to, prune=False, overwrite=False)
+    assert '"who": "a_s0"' in (to / "demo" / "a_s0" / "metrics.jsonl").read_text()
     assert again.conflicts == ["a_s0"] and (to / "demo" / "a_s0" / "validation" / "16.jsonl").read_text() == (
         "another campaign\n"
     )

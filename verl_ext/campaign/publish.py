@@ -47,11 +47,15 @@ def publish(spec: CampaignSpec, out_root: str | Path, to: str | Path, prune: boo
         files = [plan.metrics_path]
         if answers := last_validation(plan.run_dir):
             files.append(answers)
-        outcomes = {_copy(f, target / f.relative_to(plan.run_dir), overwrite) for f in files}
-        if "conflict" in outcomes:
+        pending = {target / f.relative_to(plan.run_dir): f.read_bytes() for f in files}
+        pending = {dst: data for dst, data in pending.items() if not (dst.is_file() and dst.read_bytes() == data)}
+        if not overwrite and any(dst.is_file() for dst in pending):  # nothing is written when anything conflicts
             result.conflicts.append(plan.label)
             continue
-        (result.copied if "copied" in outcomes else result.unchanged).append(plan.label)
+        for dst, data in pending.items():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+        (result.copied if pending else result.unchanged).append(plan.label)
         if prune:
             for ckpt in sorted(plan.run_dir.glob(CHECKPOINT_GLOB)):
                 result.pruned_bytes += sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
@@ -64,18 +68,6 @@ def last_validation(run_dir: Path) -> Path | None:
     presets' default: <step>.jsonl), or None."""
     dumps = [f for f in (run_dir / VALIDATION_DIR).glob("*.jsonl") if f.stem.isdigit()]
     return max(dumps, key=lambda f: int(f.stem), default=None)
-
-
-def _copy(src: Path, target: Path, overwrite: bool) -> str:
-    """ "unchanged" (the same bytes already there), "conflict" (other bytes, kept) or "copied"."""
-    data = src.read_bytes()
-    if target.is_file() and target.read_bytes() == data:
-        return "unchanged"
-    if target.is_file() and not overwrite:
-        return "conflict"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
-    return "copied"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
