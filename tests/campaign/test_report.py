@@ -605,3 +605,21 @@ def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
     plain = change_table(campaign, VAL, 0, 16)[0]
     assert plain.change.value == pytest.approx(agent.change.value) and math.isnan(plain.change.low)
     assert change_table(campaign, "critic/score/mean", 0, 16) == []
+
+
+def test_cost_keys_no_run_logged_are_left_out_of_the_cost_tables(campaign, capsys):
+    """The Composer logs no generated-token count: its report's cost table has the time column only, and says so
+    (the table once raised a KeyError for the absent key and the whole report failed)."""
+    from verl_ext.campaign.report import with_derived_costs
+
+    no_tokens = {
+        c: {s: [{k: v for k, v in r.items() if k != TOK} for r in recs] for s, recs in runs.items()}
+        for c, runs in campaign.items()
+    }
+    _, costs = with_derived_costs(no_tokens, TOK, TIME)
+    assert TOK not in costs and costs[TIME] == "training time (s)"
+    assert f"no run logged {TOK!r} (generated tokens)" in capsys.readouterr().out
+    rows = cost_table(no_tokens, VAL, 0.25, list(costs))
+    assert rows and all(set(r.costs) == {TIME} for r in rows)
+    _, both = with_derived_costs(campaign, TOK, TIME)  # logged: kept
+    assert TOK in both and "no run logged" not in capsys.readouterr().out

@@ -47,6 +47,7 @@ from verl_ext.campaign.summary import (
     expand_keys,
     final_table,
     final_value,
+    logs_key,
     resolve_target,
     speedup_table,
 )
@@ -285,8 +286,11 @@ def _one_key(pattern: str, campaign: Campaign, required: bool) -> str | None:
 
 def with_derived_costs(campaign: Campaign, tokens_key: str, time_key: str) -> tuple[Campaign, dict[str, str]]:
     """The cost keys of the cost tables and figures ({key: label}): tokens and time, and the derived ones the runs'
-    logs allow (derived.py), with the campaign that carries them (a new one; the loaded records are left as read)."""
+    logs allow (derived.py), with the campaign that carries them (a new one; the loaded records are left as read). A
+    cost key no run logged is left out, with a line saying so (the Composer counts no generated tokens)."""
     costs = {tokens_key: "generated tokens", time_key: "training time (s)"}
+    for key in [k for k in costs if not any(logs_key(recs, k) for runs in campaign.values() for recs in runs.values())]:
+        print(f"[report] no run logged {key!r} ({costs.pop(key)}): no cost column or panel for it")
     if (net := time_net_of_validation(campaign, time_key)) is not None:
         campaign, costs[NET_TIME_KEY] = net, "training time net of validation (s)"
     if (informative := informative_groups(campaign)) is not None:
