@@ -623,3 +623,12 @@ def test_cost_keys_no_run_logged_are_left_out_of_the_cost_tables(campaign, capsy
     assert rows and all(set(r.costs) == {TIME} for r in rows)
     _, both = with_derived_costs(campaign, TOK, TIME)  # logged: kept
     assert TOK in both and "no run logged" not in capsys.readouterr().out
+
+
+def test_the_cost_tables_show_the_target_as_given():
+    """A target set just under a question count (26/144 = 0.18056, given as 0.1805) is printed as given: at three
+    decimals it read 0.180, a target the runs were not held to."""
+    from verl_ext.campaign.render import cost_markdown
+
+    assert cost_markdown(VAL, 0.1805, [], {TIME: "training time (s)"}).startswith(f"Cost to reach `{VAL}` >= 0.1805 (")
+    assert cost_markdown(VAL, 0.09375, [], {TIME: "t"}).startswith(f"Cost to reach `{VAL}` >= 0.09375 (")

@@ -115,7 +115,7 @@ def _paired_cell(p: PairedResult | None) -> str:
 def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
     head = ["condition", "reached", "step", *cost_labels.values()]
     lines = [
-        f"Cost to reach `{key}` >= {target:.3f} (mean ± std over the runs that reached it)",
+        f"Cost to reach `{key}` >= {target:.4g} (mean ± std over the runs that reached it)",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -137,7 +137,7 @@ def speedup_markdown(
     a column of the ratio predicted before the runs."""
     extra = " predicted |" if predicted else ""
     lines = [
-        f"Cost ratio to reach `{key}` >= {target:.3f} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
+        f"Cost ratio to reach `{key}` >= {target:.4g} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
         "condition is cheaper)",
         "",
         "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither | "
