@@ -25,11 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from verl_ext.config.settings import YamlDefaults
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from verl_ext.config.settings import YamlDefaults  # noqa: E402
-
 REAL = YamlDefaults(REPO / "verl_ext/config/real/smollm2_arithmetic.yaml")  # the held-out set's response length
 NUMBER = re.compile(r"-?\d+(?:[./]\d+)?")
 
