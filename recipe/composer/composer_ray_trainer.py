@@ -11,7 +11,8 @@ One training step (through ExtRayPPOTrainer's hooks: reward -> old/ref log-probs
    <ground truth>", or with `sibling_solution` a successful sibling's response). The hint goes into the context
    just before the targeted turn (hints.build_teacher_context), and the actor scores the student's tokens from that
    turn on under it, without gradient (one extra forward pass per error site). Only the targeted turn's tokens
-   carry the term. Two forms (composer.sdpo.form):
+   carry the term; with `sites: answer` only its final \\boxed{} answer's tokens (hints.answer_columns), and a site
+   without a box is dropped (counted in sdpo/sites_without_answer). Two forms (composer.sdpo.form):
    - `full_logit` (default): the teacher pass stores the top-k log-probs and ids of each site token
      (`teacher_topk`; null = the whole vocabulary) and the actor loss (verl_ext/composer/actor_loss.py, installed
      with set_loss_fn) adds alpha_sdpo * generalized JSD(student logits, teacher top-k) at those tokens.
@@ -74,7 +75,13 @@ from verl_ext.composer.disagreement import (
     prompt_groups,
     step_records,
 )
-from verl_ext.composer.hints import error_sites_for_batch, plan_teacher_rows, sibling_site_share
+from verl_ext.composer.hints import (
+    answer_columns,
+    error_sites_for_batch,
+    plan_teacher_rows,
+    restrict_rows,
+    sibling_site_share,
+)
 from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, update_batch
 from verl_ext.composer.rows import pad_rows, prompt_response_tokens
 from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
@@ -287,15 +294,24 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         rows = plan_teacher_rows(
             prompt_ids, response_ids, b["response_mask"], sites, self.tokenizer, mode=self.settings.hint_mode
         )
+        answer_metrics = {}
+        if self.settings.sdpo_sites == "answer":  # only the final answer's tokens; a site without one is dropped
+            kept = restrict_rows(rows, answer_columns(response_ids, b["response_mask"].shape[1], self.tokenizer))
+            answer_metrics = {"sdpo/sites_without_answer": float(len(rows) - len(kept))}
+            rows = kept
         plan = SdpoPlan.of(rows, b["response_mask"])
         if not plan.rows:
-            return plan.without_teacher(b["old_log_probs"], full_logit=self.full_logit_sdpo)
-        teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
-        if self.full_logit_sdpo:
+            inputs = plan.without_teacher(b["old_log_probs"], full_logit=self.full_logit_sdpo)
+        elif self.full_logit_sdpo:
+            teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
             lp, ids = self._score_topk(teacher_rows, self.settings.teacher_topk)
             # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
-            return plan.full_logit(teacher_rows, lp, ids, n_minibatches=len(batch) / self.minibatch_rows)
-        return plan.sampled_token(teacher_rows, self._score_rows(teacher_rows), b["old_log_probs"])
+            inputs = plan.full_logit(teacher_rows, lp, ids, n_minibatches=len(batch) / self.minibatch_rows)
+        else:
+            teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
+            inputs = plan.sampled_token(teacher_rows, self._score_rows(teacher_rows), b["old_log_probs"])
+        inputs.metrics.update(answer_metrics)
+        return inputs
 
     # ------------------------------------------------------------------ channel 3: trace replay
     def _teacher_step(self, batch: DataProto, timing_raw: dict) -> tuple[DataProto | None, dict]:

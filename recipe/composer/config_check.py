@@ -24,6 +24,7 @@ COMPOSER_YAML = Path(__file__).parent / "config" / "composer.yaml"
 DEFAULTS = YamlDefaults(COMPOSER_YAML)
 HINT_MODES = ("turn", "append")
 SDPO_FORMS = ("full_logit", "sampled_token")
+SDPO_SITES = ("response", "answer")
 __all__ = ["DEFAULTS", "ConfigError", "ComposerSettings", "composer_settings", "prepare_config"]
 
 
@@ -34,6 +35,7 @@ class SdpoBlock:
     hint_mode: str
     sibling_solution: bool
     form: str
+    sites: str
     teacher_topk: int | None  # null: the whole vocabulary (0 once read)
     jsd_beta: float
     token_clip: float | None
@@ -43,6 +45,8 @@ class SdpoBlock:
             raise ConfigError(f"composer.sdpo.hint_mode must be one of {HINT_MODES}, got {self.hint_mode!r}")
         if self.form not in SDPO_FORMS:
             raise ConfigError(f"composer.sdpo.form must be one of {SDPO_FORMS}, got {self.form!r}")
+        if self.sites not in SDPO_SITES:
+            raise ConfigError(f"composer.sdpo.sites must be one of {SDPO_SITES}, got {self.sites!r}")
         topk = 0 if self.teacher_topk is None else int(self.teacher_topk)
         if topk < 0:
             raise ConfigError(f"composer.sdpo.teacher_topk must be >= 1 or null (the whole vocabulary), got {topk}")
@@ -96,6 +100,7 @@ class ComposerSettings:
     hint_mode: str
     sibling_solution: bool
     sdpo_form: str
+    sdpo_sites: str
     teacher_topk: int  # <= 0: the whole vocabulary
     jsd_beta: float
     token_clip: float | None
@@ -166,11 +171,18 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     _check_max_pairs(cfg, replay, beta)
     pool = _teacher_pool(cfg, replay) if beta > 0 else None
     check_recipe_run(cfg, "the composer recipe", FIDELITY)
-    # the two blocks flattened (their keys, `form` as sdpo_form), with the channel weights and the pool
-    sdpo_fields = {k: v for k, v in vars(sdpo).items() if k != "form"}
+    # the two blocks flattened (their keys, `form` and `sites` as sdpo_form and sdpo_sites), with the channel weights
+    # and the pool
+    sdpo_fields = {k: v for k, v in vars(sdpo).items() if k not in ("form", "sites")}
     replay_fields = {k: v for k, v in vars(replay).items() if k != "teacher_pool"}
     return ComposerSettings(
-        alpha_sdpo=alpha, beta_replay=beta, sdpo_form=sdpo.form, pool=pool, **sdpo_fields, **replay_fields
+        alpha_sdpo=alpha,
+        beta_replay=beta,
+        sdpo_form=sdpo.form,
+        sdpo_sites=sdpo.sites,
+        pool=pool,
+        **sdpo_fields,
+        **replay_fields,
     )
 
 

@@ -258,3 +258,101 @@ def test_sibling_site_share_counts_failed_responses_whose_group_succeeded():
     assert sibling_site_share({"uid": uid, "acc": np.ones(6)}) is None  # no error site
     assert sibling_site_share({"uid": uid[:2], "acc": acc[:2], "step_metas": np.array([[], []], dtype=object)}) is None
     assert sibling_site_share({"uid": uid}) is None  # no acc column: sites come from elsewhere or nowhere
+
+
+# ---- the answer scope (sites: answer) ----------------------------------------------------------------------------
+
+
+def prefix_decode_answer_columns(response_ids, width, tokenizer):
+    """Slow reference: token j covers characters [len(decode(ids[:j])), len(decode(ids[:j+1]))) of the decoded
+    response; it is marked when that range overlaps the last box's content in the decoded response."""
+    from verl_ext.reward.answer_extraction import last_boxed_span
+
+    out = torch.zeros(len(response_ids), width, dtype=torch.bool)
+    for i, ids in enumerate(response_ids):
+        ids = list(ids)[:width]
+        span = last_boxed_span(tokenizer.decode(ids, skip_special_tokens=True))
+        if span is None:
+            continue
+        ends = [len(tokenizer.decode(ids[: j + 1], skip_special_tokens=True)) for j in range(len(ids))]
+        for j, end in enumerate(ends):
+            start = ends[j - 1] if j else 0
+            out[i, j] = start < span[1] and end > span[0]
+    return out
+
+
+def _responses(rng):
+    numbers = lambda: str(rng.choice([rng.randint(0, 9), rng.randint(10, 999), rng.randint(1000, 10**7)]))  # noqa: E731
+    shapes = [
+        lambda: f"{numbers()} + {numbers()} = {numbers()}. The final answer is \\boxed{{{numbers()}}}.",
+        lambda: f"The answer is \\boxed{{{numbers()}}}",
+        lambda: f"\\boxed{{{numbers()}}} then \\boxed{{-{numbers()}}}.",
+        lambda: f"So x = \\boxed{{\\frac{{{numbers()}}}{{{numbers()}}}}}",
+        lambda: f"It is \\boxed {numbers()} and done",
+        lambda: f"{numbers()} * {numbers()} is about {numbers()}",  # no box
+        lambda: f"truncated \\boxed{{{numbers()}",  # unclosed: no answer
+    ]
+    return [rng.choice(shapes)() for _ in range(60)]
+
+
+@pytest.fixture(scope="module", params=["tiny", "smollm2"])
+def answer_tokenizer(request):
+    """The tests' tiny tokenizer and the real model's (SmolLM2-135M-Instruct: the campaign's)."""
+    from transformers import AutoTokenizer
+
+    if request.param == "tiny":
+        from verl_ext.toy import ensure_tiny_assets
+
+        return AutoTokenizer.from_pretrained(ensure_tiny_assets().model_dir)
+    from verl_ext.pretrained.smollm2 import ensure_smollm2
+
+    return AutoTokenizer.from_pretrained(ensure_smollm2())
+
+
+def test_answer_columns_match_prefix_decoding(answer_tokenizer):
+    import random
+
+    from verl_ext.composer.hints import answer_columns
+
+    tokenizer = answer_tokenizer
+    rng = random.Random(0)
+    texts = _responses(rng)
+    eos = tokenizer.eos_token_id
+    ids = [tokenizer.encode(t, add_special_tokens=False) + ([eos] if k % 2 else []) for k, t in enumerate(texts)]
+    width = max(map(len, ids)) + 3
+    got = answer_columns(ids, width, tokenizer)
+    assert torch.equal(got, prefix_decode_answer_columns(ids, width, tokenizer))
+    boxed = [k for k, t in enumerate(texts) if "\\boxed" in t and "truncated" not in t]
+    assert boxed and all(got[k].any() for k in boxed)
+    assert not any(got[k].any() for k in range(len(texts)) if k not in boxed)
+    for k in boxed:  # the marked tokens decode to the box's content, give or take the tokens' edges
+        marked = tokenizer.decode([t for t, m in zip(ids[k], got[k]) if m])
+        from verl_ext.reward.answer_extraction import last_boxed
+
+        assert last_boxed(texts[k]).strip() in marked, (texts[k], marked)
+    # a narrower width cuts the rows: the box beyond it is not seen
+    cut = answer_columns([ids[boxed[0]]], 2, tokenizer)
+    assert cut.shape == (1, 2) and not cut.any()
+
+
+def test_answer_columns_mark_a_multibyte_answer(answer_tokenizer):
+    from verl_ext.composer.hints import answer_columns
+
+    tokenizer = answer_tokenizer
+    ids = tokenizer.encode("so \\boxed{π²} ok", add_special_tokens=False)
+    got = answer_columns([ids], len(ids), tokenizer)[0]
+    assert tokenizer.decode([t for t, m in zip(ids, got) if m]) == "π²"
+
+
+def test_restrict_rows_keeps_answer_columns_and_drops_empty_rows():
+    from verl_ext.composer.hints import TeacherRow, restrict_rows
+
+    cols = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
+    rows = [TeacherRow(i, int(c.nonzero()[0]), c, [7], [1, 2, 3]) for i, c in enumerate(cols)]
+    keep = torch.tensor([[0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 1, 1]], dtype=torch.bool)
+    out = restrict_rows(rows, keep)
+    assert [t.row for t in out] == [0, 1]  # row 2's turn has no answer token
+    assert out[0].columns.tolist() == [False, False, True, False]
+    assert out[1].columns.tolist() == [False, False, False, True]
+    assert (out[0].start, out[0].prefix, out[0].continuation) == (0, [7], [1, 2, 3])  # the teacher row is unchanged
+    assert rows[0].columns.tolist() == [True, True, True, False]  # the input rows are left alone

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from verl_ext.reward.answer_extraction import boxed_answer, last_boxed, last_pattern_match
+from verl_ext.reward.answer_extraction import boxed_answer, last_boxed, last_boxed_span, last_pattern_match
 
 
 @pytest.mark.parametrize(
@@ -86,3 +86,29 @@ def test_pattern_last_match_and_groups():
 )
 def test_boxed_answer_joins_final_boxes(text, expected):
     assert boxed_answer(text) == expected
+
+
+def test_last_boxed_span_locates_last_boxed():
+    texts = [
+        "so the answer is \\boxed{42}.",
+        "\\boxed{1} then \\boxed{2}",
+        "\\boxed{\\{1, 2\\}}",
+        "\\boxed 5$ done",
+        "\\boxed  {12}",
+        "\\boxed{}",
+        "no box here",
+        "\\boxed{1} then \\boxed{2",
+        "\\boxed{4} \\boxedfoo{3}",
+        "5 \\boxed 5",
+    ]
+    rng = random.Random(1)
+    for _ in range(300):
+        texts.append(f"{_balanced(rng, 0)} \\boxed{{{_balanced(rng, 0)}}}{rng.choice(['', '.', ' $.', '}}'])}")
+    for text in texts:
+        span = last_boxed_span(text)
+        if last_boxed(text) is None:
+            assert span is None, text
+        else:
+            assert text[span[0] : span[1]] == last_boxed(text), text
+            assert text.rfind("\\boxed", 0, span[0] + 1) >= 0 or text.rfind("\\fbox", 0, span[0] + 1) >= 0
+    assert last_boxed_span("5 \\boxed 5") == (9, 10)  # the argument, not the earlier 5

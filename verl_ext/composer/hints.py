@@ -26,12 +26,14 @@ equal. The response keeps its own mask (tool-output tokens of a multi-turn respo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from string import Formatter
 from typing import Any
 
 import numpy as np
 import torch
+
+from verl_ext.reward.answer_extraction import last_boxed_span
 
 # Keyed by error kind or hint_template_key. Fields in braces come from the error site.
 DEFAULT_HINT_TEMPLATES: dict[str, str] = {
@@ -313,6 +315,36 @@ def plan_teacher_rows(
             )
             rows.append(TeacherRow(i, start, cols, ctx.input_ids[: ctx.response_start], resp[start:]))
     return rows
+
+
+def answer_columns(response_ids: Sequence[Sequence[int]], width: int, tokenizer) -> torch.Tensor:
+    """(B, width) bool: the response tokens that hold the final answer, the content of the last ``\\boxed{}``
+    (`answer_extraction.last_boxed_span`, the box the math reward grades); a row without one has none.
+
+    Each token id is decoded on its own (once per distinct id of the batch) and the box is found in the concatenation
+    of those pieces, so a token is marked when its piece overlaps the box's content: exact for byte-level BPE, and for
+    any tokenizer the pieces hold every brace and backslash the box needs (a piece that drops a leading space or
+    splits a multi-byte character shifts no box boundary). Special tokens decode to nothing."""
+    ids = sorted({int(t) for row in response_ids for t in row})
+    pieces = dict(zip(ids, tokenizer.batch_decode([[t] for t in ids], skip_special_tokens=True)))
+    out = torch.zeros(len(response_ids), width, dtype=torch.bool)
+    for i, row in enumerate(response_ids):
+        texts = [pieces[int(t)] for t in row[:width]]
+        span = last_boxed_span("".join(texts))
+        if span is None:
+            continue
+        ends = np.cumsum([len(p) for p in texts])
+        starts = ends - np.array([len(p) for p in texts])
+        hit = (starts < span[1]) & (ends > span[0])
+        out[i, : len(texts)] = torch.from_numpy(hit)
+    return out
+
+
+def restrict_rows(rows: Sequence[TeacherRow], keep: torch.Tensor) -> list[TeacherRow]:
+    """Each teacher row's columns restricted to `keep` (B, R) bool at its batch row; a row left with no column is
+    dropped (the teacher need not score it)."""
+    restricted = [replace(t, columns=t.columns & keep[t.row]) for t in rows]
+    return [t for t in restricted if bool(t.columns.any())]
 
 
 def place_teacher_values(rows: Sequence[TeacherRow], values: torch.Tensor, into: torch.Tensor) -> torch.Tensor:

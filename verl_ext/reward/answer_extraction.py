@@ -81,6 +81,21 @@ def last_boxed(text: str) -> str | None:
     return None if found is None else _box_argument(text, *found)[0]
 
 
+def last_boxed_span(text: str) -> tuple[int, int] | None:
+    """Where ``last_boxed``'s content lies in ``text``: ``(start, end)`` with ``text[start:end] == last_boxed(text)``;
+    None when it returns None."""
+    found = _last_box_start(text)
+    if found is None:
+        return None
+    content, close = _box_argument(text, *found)
+    if content is None:
+        return None
+    if close is not None:
+        return close - len(content), close
+    start = text.index(content, found[0] + len(found[1]))  # "\boxed 5": after the command and its blanks
+    return start, start + len(content)
+
+
 _SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
 
 

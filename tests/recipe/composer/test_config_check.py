@@ -130,6 +130,7 @@ def test_arms_differ_only_in_channel_weights(arm, alpha, beta):
         ([TEACHER, "composer.replay.rule=vote"], "rule must be one of"),
         ([TEACHER, "composer.beta_replay=-1"], ">= 0"),
         ([TEACHER, "composer.sdpo.form=dense"], "form must be one of"),
+        ([TEACHER, "composer.sdpo.sites=tokens"], "composer.sdpo.sites must be one of"),
         ([TEACHER, "composer.sdpo.teacher_topk=-2"], "teacher_topk"),
         ([TEACHER, "composer.sdpo.jsd_beta=1.5"], "jsd_beta"),
         ([TEACHER, "composer.sdpo.token_clip=0"], "token_clip"),
@@ -140,6 +141,11 @@ def test_arms_differ_only_in_channel_weights(arm, alpha, beta):
 def test_config_errors_name_the_key(overrides, match):
     with pytest.raises(ConfigError, match=match):
         composer_settings(_cfg(*overrides))
+
+
+def test_sdpo_sites_default_to_the_whole_response():
+    assert composer_settings(_cfg(TEACHER)).sdpo_sites == "response"
+    assert composer_settings(_cfg(TEACHER, "composer.sdpo.sites=answer")).sdpo_sites == "answer"
 
 
 def test_baseline_needs_no_teachers_or_reference():
