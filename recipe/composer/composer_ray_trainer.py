@@ -302,14 +302,14 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         plan = SdpoPlan.of(rows, b["response_mask"])
         if not plan.rows:
             inputs = plan.without_teacher(b["old_log_probs"], full_logit=self.full_logit_sdpo)
-        elif self.full_logit_sdpo:
-            teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
-            lp, ids = self._score_topk(teacher_rows, self.settings.teacher_topk)
-            # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
-            inputs = plan.full_logit(teacher_rows, lp, ids, n_minibatches=len(batch) / self.minibatch_rows)
         else:
             teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
-            inputs = plan.sampled_token(teacher_rows, self._score_rows(teacher_rows), b["old_log_probs"])
+            if self.full_logit_sdpo:
+                lp, ids = self._score_topk(teacher_rows, self.settings.teacher_topk)
+                # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
+                inputs = plan.full_logit(teacher_rows, lp, ids, n_minibatches=len(batch) / self.minibatch_rows)
+            else:
+                inputs = plan.sampled_token(teacher_rows, self._score_rows(teacher_rows), b["old_log_probs"])
         inputs.metrics.update(answer_metrics)
         return inputs
 

@@ -333,8 +333,9 @@ def answer_columns(response_ids: Sequence[Sequence[int]], width: int, tokenizer)
         span = last_boxed_span("".join(texts))
         if span is None:
             continue
-        ends = np.cumsum([len(p) for p in texts])
-        starts = ends - np.array([len(p) for p in texts])
+        lengths = np.array([len(p) for p in texts], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
         hit = (starts < span[1]) & (ends > span[0])
         out[i, : len(texts)] = torch.from_numpy(hit)
     return out
