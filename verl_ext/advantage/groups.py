@@ -1,7 +1,9 @@
 """Prompt groups: verl's `index` (one uid per response, the G responses of a prompt share it) as group ids.
 
 All per-group statistics in this package are computed for the whole batch at once from these ids with
-`index_add_` / `scatter_reduce_`, never by looping over groups in Python.
+`index_add_` / `scatter_reduce_`, never by looping over groups in Python. Their outputs are on the input's device
+and of its dtype (`new_zeros` / `new_full`), never torch's default device; the group ids (from `group_ids`, on the
+CPU) are moved to the values' device.
 """
 
 from __future__ import annotations
@@ -24,22 +26,25 @@ def group_ids(index, batch_size: int) -> tuple[torch.Tensor, int]:
 
 def group_mean(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> torch.Tensor:
     """(G,) mean of `values` (bs,) within each group."""
-    sums = torch.zeros(n_groups, dtype=values.dtype).index_add_(0, gid, values)
-    counts = torch.zeros(n_groups, dtype=values.dtype).index_add_(0, gid, torch.ones_like(values))
+    gid = gid.to(values.device)
+    sums = values.new_zeros(n_groups).index_add_(0, gid, values)
+    counts = values.new_zeros(n_groups).index_add_(0, gid, torch.ones_like(values))
     return sums / counts
 
 
 def group_range(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> torch.Tensor:
     """(G,) max - min of `values` (bs,) within each group."""
-    high = torch.full((n_groups,), -torch.inf, dtype=values.dtype).scatter_reduce_(0, gid, values, "amax")
-    low = torch.full((n_groups,), torch.inf, dtype=values.dtype).scatter_reduce_(0, gid, values, "amin")
+    gid = gid.to(values.device)
+    high = values.new_full((n_groups,), -torch.inf).scatter_reduce_(0, gid, values, "amax")
+    low = values.new_full((n_groups,), torch.inf).scatter_reduce_(0, gid, values, "amin")
     return high - low
 
 
 def group_mean_std(values: torch.Tensor, gid: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(G,) mean and unbiased std of `values` (bs,) within each group, verl's `grpo` convention: a group of one gets
     mean 0 and std 1 (its advantage is then its own reward)."""
-    count = torch.zeros(n_groups, dtype=values.dtype, device=values.device)
+    gid = gid.to(values.device)
+    count = values.new_zeros(n_groups)
     count.index_add_(0, gid, torch.ones_like(values))
     total = torch.zeros_like(count).index_add_(0, gid, values)
     mean = total / count
