@@ -64,3 +64,20 @@ def test_run_driver_returns_the_exit_status_and_appends_only_when_asked(entry, t
     assert console.read_text().count("to stderr") == 2  # a resumed run's output follows the first's
     assert run_driver(entry, args, console) == 0
     assert console.read_text().count("to stderr") == 1
+
+
+def test_a_driver_printing_bytes_that_are_not_utf8_does_not_crash_the_runner(tmp_path, monkeypatch):
+    """A run's output is not always UTF-8 (a worker's binary junk, a Latin-1 file name): the line is passed on with
+    the bad bytes replaced, the run's later lines and its exit status still arrive."""
+    (tmp_path / "bytes_mod.py").write_text(
+        "import sys\n"
+        "sys.stdout.buffer.write(b'step 1/2 | caf\\xe9 \\xff\\xfe\\n')\n"
+        "sys.stdout.buffer.write(b'step 2/2 | done\\n')\n"
+        "sys.exit(4)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{ROOT}")
+    seen = []
+    console = tmp_path / "console.log"
+    assert run_driver("bytes_mod", [], console, on_line=seen.append) == 4
+    assert seen == ["step 1/2 | caf\ufffd \ufffd\ufffd\n", "step 2/2 | done\n"]
+    assert console.read_text().splitlines() == ["step 1/2 | caf\ufffd \ufffd\ufffd", "step 2/2 | done"]

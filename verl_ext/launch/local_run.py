@@ -27,13 +27,16 @@ def run_driver(
     on_line: Callable[[str], None] | None = None,
 ) -> int:
     """Run the driver to its end with its stdout and stderr written to `console` (added to the file's end with
-    `append`, as a resumed run's), each line also handed to `on_line` as it arrives; returns its exit status."""
+    `append`, as a resumed run's), each line also handed to `on_line` as it arrives; returns its exit status. The
+    lines are read as UTF-8 with any other byte replaced (U+FFFD): a run's output is not always text, and one bad
+    byte must not stop the reader (and with it the campaign)."""
     console.parent.mkdir(parents=True, exist_ok=True)
     cmd = driver_command(entry, overrides)
-    with open(console, "a" if append else "w") as out:
+    with open(console, "a" if append else "w", encoding="utf-8") as out:
         if on_line is None:
             return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "bufsize": 1}
+        with subprocess.Popen(cmd, **pipe, text=True, encoding="utf-8", errors="replace") as proc:
             for line in proc.stdout:
                 out.write(line)
                 out.flush()
