@@ -28,7 +28,7 @@ def hicra_factor_(planning: torch.Tensor, episode_advantages: torch.Tensor, alph
     weights are >= 0): one pass over a tensor the caller no longer needs, instead of three fresh ones.
     """
     row = (alpha * torch.sign(episode_advantages)).to(planning.dtype).unsqueeze(-1)
-    return torch.addcmul(torch.ones((), dtype=planning.dtype), planning, row, out=planning)
+    return torch.addcmul(torch.ones((), dtype=planning.dtype, device=planning.device), planning, row, out=planning)
 
 
 def gtpo_hicra_transform(work: TokenWork) -> torch.Tensor:
