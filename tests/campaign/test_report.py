@@ -15,7 +15,7 @@ from scipy import stats
 
 from verl_ext.campaign.cli import main
 from verl_ext.campaign.render import change_markdown, final_markdown, speedup_markdown
-from verl_ext.campaign.stats import pairs_to_resolve
+from verl_ext.campaign.stats import MIN_BOOTSTRAP_PAIRS, pairs_to_resolve, sign_flip_p
 from verl_ext.campaign.summary import (
     change_table,
     cost_band,
@@ -86,9 +86,13 @@ def test_final_table_against_scipy(campaign):
     assert math.isnan(rows["base"].p) and rows["base"].ci is None
     assert rows["fast"].diff == pytest.approx(np.mean(fast) - np.mean(base))
     assert rows["fast"].p == pytest.approx(stats.ttest_ind(fast, base, equal_var=False).pvalue, rel=1e-9)
-    assert rows["fast"].ci[0] <= rows["fast"].diff <= rows["fast"].ci[1]
+    assert rows["fast"].ci is None  # 2 and 3 runs: no bootstrap interval, though draws were asked for
     # paired by seed key: fast's seeds 0 and 1 against base's seeds 0 and 1 (base's seed 2 has no partner)
-    assert rows["fast"].paired.n == 2 and rows["fast"].paired.value == pytest.approx(np.mean(fast) - np.mean(base[:2]))
+    paired = rows["fast"].paired
+    d = [f - b for f, b in zip(fast, base[:2])]
+    assert paired.n == 2 and paired.value == pytest.approx(np.mean(d))
+    half = stats.t.ppf(0.975, 1) * np.std(d, ddof=1) / math.sqrt(2)
+    assert (paired.low, paired.high) == pytest.approx((np.mean(d) - half, np.mean(d) + half))
     assert rows["base"].paired is None
     one = {"base": {0: campaign["base"][0]}, "fast": {0: campaign["fast"][0]}}
     single = {r.condition: r for r in final_table(one, VAL, "base", bootstrap=500)}["fast"].paired
@@ -109,29 +113,58 @@ def scipy_paired_diff_bca(a, b, n_resamples: int):
     ).confidence_interval
 
 
-def test_paired_difference_over_common_seeds_with_a_bca_interval():
-    """Each seed's own offset cancels in the paired difference: fast is base + 0.05 + small noise on every seed,
-    while the seeds spread by 0.1; the BCa interval (scipy's, over the pairs) holds 0.05 and excludes 0, where the
-    unpaired interval cannot tell the arms apart."""
-    noise = [0.004, -0.003, 0.001, -0.002, 0.0]
-    campaign = {
-        "base": {s: [{"step": 10, VAL: 0.1 * s}] for s in range(5)},
-        "fast": {s: [{"step": 10, VAL: 0.1 * s + 0.05 + noise[s]}] for s in range(5)},
+def _offset_campaign(noise: list[float]) -> dict:
+    """fast is base + 0.05 + noise[s] on every seed s, while the seeds spread by 0.1."""
+    return {
+        "base": {s: [{"step": 10, VAL: 0.1 * s}] for s in range(len(noise))},
+        "fast": {s: [{"step": 10, VAL: 0.1 * s + 0.05 + x}] for s, x in enumerate(noise)},
     }
-    rows = {r.condition: r for r in final_table(campaign, VAL, "base", bootstrap=2000)}
+
+
+def test_paired_difference_over_common_seeds_with_a_t_interval():
+    """Each seed's own offset cancels in the paired difference: the paired t-interval holds 0.05 and excludes 0
+    where Welch's unpaired test cannot tell the arms apart; the table shows the difference, its t-interval, the exact
+    sign-flip p (5 pairs all above 0: 2/32), the pairs above 0, the half-width and the pairs for 80% power, and at 5
+    pairs no bootstrap column even with draws asked for."""
+    noise = [0.004, -0.003, 0.001, -0.002, 0.0]
+    rows = {r.condition: r for r in final_table(_offset_campaign(noise), VAL, "base", bootstrap=2000)}
     paired = rows["fast"].paired
     diffs = [0.05 + x for x in noise]
-    assert paired.n == 5 and paired.method == "BCa" and paired.value == pytest.approx(np.mean(diffs))
-    want = scipy_paired_diff_bca([0.1 * s + 0.05 + noise[s] for s in range(5)], [0.1 * s for s in range(5)], 2000)
-    assert (paired.low, paired.high) == pytest.approx((want.low, want.high))
-    assert 0 < paired.low <= 0.05 <= paired.high
-    assert rows["fast"].ci[0] < 0 < rows["fast"].ci[1]  # unpaired: the seeds' spread swamps the effect
+    assert paired.n == 5 and paired.value == pytest.approx(np.mean(diffs)) and paired.boot_method == ""
+    half = stats.t.ppf(0.975, 4) * np.std(diffs, ddof=1) / math.sqrt(5)
+    assert (paired.low, paired.high, paired.half_width) == pytest.approx((0.05 - half, 0.05 + half, half))
+    assert 0 < paired.low <= 0.05 <= paired.high and rows["fast"].p > 0.5  # Welch: the seeds' spread swamps it
+    assert paired.p == pytest.approx(sign_flip_p(diffs)) == 2 / 32 and (paired.above, paired.below) == (5, 0)
     table = final_markdown(VAL, list(rows.values()), "base")
-    assert f"{paired.value:+.3f} [{paired.low:+.3f}, {paired.high:+.3f}] (5)" in table
+    head, line = table.splitlines()[2], table.splitlines()[-1]
+    assert "bootstrap" not in table and "BCa" not in table
+    assert head.endswith(
+        "| paired Δ (pairs) | 95% t-interval | sign-flip p (exact) | pairs above 0 | 95% half-width "
+        "| pairs for 80% power at this Δ |"
+    )
     # beside it, the seed pairs a paired t-test needs to resolve this difference (stats.pairs_to_resolve): with this
     # little noise, the fewest there can be
-    assert rows["fast"].to_resolve == pairs_to_resolve(diffs) == 2 and table.splitlines()[-1].endswith("| 2 |")
-    assert "pairs for 80% power at this Δ" in table.splitlines()[2] and rows["base"].to_resolve is None
+    assert paired.to_resolve == pairs_to_resolve(diffs) == 2
+    assert line.endswith(
+        f"| {paired.value:+.3f} (5) | [{paired.low:+.3f}, {paired.high:+.3f}] | 0.0625 | 5 of 5 | {half:.3f} | 2 |"
+    )
+
+
+def test_bootstrap_columns_appear_from_ten_seeds():
+    """At MIN_BOOTSTRAP_PAIRS seeds a condition the report adds the unpaired bootstrap CI and the paired BCa
+    interval (scipy's, over the pairs, as reference)."""
+    noise = list(np.random.default_rng(4).normal(0.0, 0.003, MIN_BOOTSTRAP_PAIRS))
+    campaign = _offset_campaign(noise)
+    rows = {r.condition: r for r in final_table(campaign, VAL, "base", bootstrap=2000)}
+    paired = rows["fast"].paired
+    a = [recs[0][VAL] for recs in campaign["fast"].values()]
+    b = [recs[0][VAL] for recs in campaign["base"].values()]
+    want = scipy_paired_diff_bca(a, b, 2000)
+    assert paired.boot_method == "BCa" and (paired.boot_low, paired.boot_high) == pytest.approx((want.low, want.high))
+    assert rows["fast"].ci[0] < 0 < rows["fast"].ci[1]  # unpaired: the seeds' spread swamps the effect
+    table = final_markdown(VAL, list(rows.values()), "base")
+    assert table.splitlines()[2].endswith("| 95% CI of Δ (bootstrap) | paired Δ 95% CI (BCa) |")
+    assert table.splitlines()[-1].endswith(f"| [{paired.boot_low:+.3f}, {paired.boot_high:+.3f}] |")
 
 
 def test_table_at_a_step_compares_arms_step_for_step():
@@ -247,13 +280,23 @@ def test_speedup_is_the_paired_ratio_of_costs_and_counts_the_runs_that_never_rea
     plain_costs = [3 * (150.0 + 10 * s) for s in range(3)]
     assert row.ratio.value == pytest.approx(np.mean(fast_costs) / np.mean(plain_costs))
     assert (row.pairs, row.ratio.n, row.only_condition, row.only_reference, row.neither) == (4, 3, 1, 0, 0)
-    assert row.ratio.low <= row.ratio.value <= row.ratio.high < 1.0
+    # its uncertainty on the log scale: the geometric mean of the pairs' ratios and the t-interval of their logs
+    logs = np.log(np.asarray(fast_costs) / np.asarray(plain_costs))
+    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / math.sqrt(3)
+    assert row.ratio.geo_mean == pytest.approx(math.exp(logs.mean()))
+    want = (math.exp(logs.mean() - half), math.exp(logs.mean() + half))
+    assert (row.ratio.low, row.ratio.high) == pytest.approx(want)
+    assert row.ratio.low <= row.ratio.geo_mean <= row.ratio.high < 1.0 and row.ratio.cheaper == 3
+    assert row.ratio.log.p == 0.25 and row.ratio.boot_method == ""  # 3 pairs: the floor of the sign-flip p
     md = speedup_markdown(VAL, 0.5, "generated tokens", [row])
-    assert "| fast / plain | 0.417 |" in md and "| 3/4 | 1 | 0 | 0 |" in md
+    r = row.ratio
+    assert f"| fast / plain | 0.417 | {r.geo_mean:.3f} [{r.low:.3f}, {r.high:.3f}] | 0.25 | 3 of 3 |" in md
+    assert "| 3/4 | 1 | 0 | 0 |" in md and "BCa" not in md
     # seed 3 kept with plain at its run total (6 steps x 150 tokens, a lower bound of its cost): an upper bound
     assert row.censored_bound == "<=" and row.censored_ratio.n == 4
     assert row.censored_ratio.value == pytest.approx(np.mean([200.0] * 4) / np.mean(plain_costs + [900.0]))
-    assert f"| <= {row.censored_ratio.value:.3f} [" in md and "(4 pairs) |" in md
+    c = row.censored_ratio
+    assert f"| <= {c.value:.3f}, {c.geo_mean:.3f} [{c.low:.3f}, {c.high:.3f}] (4 pairs) |" in md
     assert "predicted" not in md
     md = speedup_markdown(VAL, 0.5, "generated tokens", [row], predicted={("fast", "plain"): 0.75})
     assert md.splitlines()[2].endswith("| predicted |") and md.splitlines()[-1].endswith("(4 pairs) | 0.750 |")
@@ -571,10 +614,10 @@ def test_a_key_only_some_conditions_log_has_no_difference_written_as_nan():
     assert sepa_line.split(" | ")[1:5] == ["2", "1.000", "0.000", "-"]
 
 
-def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
+def test_change_within_each_run_is_paired_by_run_with_a_t_interval():
     """Before and after training in the same run: the agent's step-0 and step-16 accuracies. The mean change, its
-    interval (scipy's paired bootstrap, as reference) and the runs that rose, fell or stayed are read per condition;
-    a condition that never logged the key at both steps has no row."""
+    t-interval (a t table's quantile as reference), the sign-flip p and the runs that rose, fell or stayed are read
+    per condition; a condition that never logged the key at both steps has no row."""
     before = {"agent": [0.57, 0.55, 0.60, 0.52], "other": [0.5, 0.5, 0.5, 0.5]}
     after = {"agent": [0.66, 0.61, 0.60, 0.58], "other": [0.45, 0.5, 0.52, 0.5]}
     campaign = {
@@ -590,20 +633,23 @@ def test_change_within_each_run_is_paired_by_run_with_a_bca_interval():
     agent = rows["agent"]
     diffs = [a - b for a, b in zip(after["agent"], before["agent"], strict=True)]
     assert agent.change.value == pytest.approx(sum(diffs) / 4) and agent.change.n == 4
-    want = scipy_paired_diff_bca(after["agent"], before["agent"], 2000)
-    assert (agent.change.low, agent.change.high) == pytest.approx((want.low, want.high))
+    half = 3.182 * np.std(diffs, ddof=1) / 2  # t_{0.975, 3} = 3.182, as printed in t tables
+    want = (np.mean(diffs) - half, np.mean(diffs) + half)
+    assert (agent.change.low, agent.change.high) == pytest.approx(want, abs=2e-4 * half)
+    assert agent.change.p == pytest.approx(sign_flip_p(diffs)) and agent.change.boot_method == ""  # 4 runs
     assert (agent.rose, agent.fell) == (3, 0)  # seed 2 stayed at 0.60
     assert (rows["other"].rose, rows["other"].fell) == (1, 1)
     assert agent.before.mean == pytest.approx(np.mean(before["agent"]))
     assert agent.after.mean == pytest.approx(np.mean(after["agent"]))
     table = change_markdown(VAL, 0, 16, list(rows.values()))
     line = next(x for x in table.splitlines() if x.startswith("| agent"))
+    c = agent.change
     assert line.endswith(
-        f"| {agent.change.value:+.3f} [{agent.change.low:+.3f}, {agent.change.high:+.3f}] (4) | 3 / 0 / 1 |"
+        f"| {c.value:+.3f} (4) | [{c.low:+.3f}, {c.high:+.3f}] | {c.p:.3g} | 3 / 0 / 1 | {c.half_width:.3f} | "
+        f"{c.to_resolve:.0f} |"
     )
-    # without a bootstrap: the mean change alone
-    plain = change_table(campaign, VAL, 0, 16)[0]
-    assert plain.change.value == pytest.approx(agent.change.value) and math.isnan(plain.change.low)
+    # without bootstrap draws: the same statistics (none of them resamples)
+    assert change_table(campaign, VAL, 0, 16)[0].change == c
     assert change_table(campaign, "critic/score/mean", 0, 16) == []
 
 

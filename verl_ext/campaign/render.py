@@ -3,7 +3,9 @@
 
 - Tables: the final values (`final_markdown`), the change within each run from one step to another
   (`change_markdown`), the cost to a target (`cost_markdown`), the speed-ups (`speedup_markdown`); numbers readable
-  at a glance (`_num`), "-" for undefined.
+  at a glance (`_num`), "-" for undefined. A paired difference is shown as stats.py computes it: mean (pairs),
+  t-interval, exact sign-flip p, pairs above 0, half-width, pairs for 80% power; a bootstrap column appears only
+  when some row has one (stats.MIN_BOOTSTRAP_PAIRS pairs or more, with --bootstrap draws).
 - Figures: one panel per key against the step, per condition the seeds' mean +- one sample std, and the pass@k keys
   of one prefix in one panel against k (`plot_bands`); the target key against each cumulative cost, per condition
   summary.cost_band and every run's own points (`plot_cost_curves`). A condition has one colour in every panel.
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verl_ext.campaign.stats import PairedResult, Summary
+from verl_ext.campaign.stats import PairedRatio, PairedStats, Summary
 from verl_ext.campaign.summary import (
     Campaign,
     ChangeRow,
@@ -57,14 +59,17 @@ def final_markdown(
 ) -> str:
     """One key's table: a row per condition, its statistics against the baseline, and after them a row per reference
     run that logged the key (its value, no statistics: the released model, say)."""
+    with_paired = any(r.paired is not None for r in rows)
     with_ci = any(r.ci is not None for r in rows)
+    with_boot = any(r.paired is not None and r.paired.boot_method for r in rows)
     head = ["condition", "n", "mean", "std", f"Δ vs {baseline}", "p (Welch)"]
+    if with_paired:
+        head += ["paired Δ (pairs)", *_paired_head(level), "pairs above 0", f"{level:.0%} half-width"]
+        head.append("pairs for 80% power at this Δ")
     if with_ci:
-        head += [
-            f"{level:.0%} CI of Δ (bootstrap)",
-            f"paired Δ [{level:.0%} CI, BCa] (pairs)",
-            "pairs for 80% power at this Δ",
-        ]
+        head.append(f"{level:.0%} CI of Δ (bootstrap)")
+    if with_boot:
+        head.append(f"paired Δ {level:.0%} CI (BCa)")
     title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -76,10 +81,17 @@ def final_markdown(
             "-" if r.condition == baseline or not math.isfinite(r.diff) else f"{r.diff:+.3f}",
             "-" if not math.isfinite(r.p) else f"{r.p:.3g}",
         ]
+        if with_paired:
+            p = r.paired
+            if p is None or p.n == 0:
+                cells += ["-"] * 6
+            else:
+                cells += [f"{p.value:+.3f} ({p.n})", *_paired_cells(p), _above_cell(p), _half_width(p)]
+                cells.append(_count_cell(p.to_resolve))
         if with_ci:
-            cells.append("-" if r.ci is None or not math.isfinite(r.ci[0]) else f"[{r.ci[0]:+.3f}, {r.ci[1]:+.3f}]")
-            cells.append(_paired_cell(r.paired))
-            cells.append(_count_cell(r.to_resolve))
+            cells.append(_interval(r.ci))
+        if with_boot:
+            cells.append(_boot_cell(r.paired))
         lines.append("| " + " | ".join(cells) + " |")
     for label, value in (references or {}).items():
         lines.append("| " + " | ".join([f"{label} (reference)", "1", _num(value)] + ["-"] * (len(head) - 3)) + " |")
@@ -87,14 +99,20 @@ def final_markdown(
 
 
 def change_markdown(key: str, start: int, end: int, rows: Sequence[ChangeRow], level: float = 0.95) -> str:
-    """One key's change within each run from step ``start`` to step ``end``: a row per condition."""
-    head = ["condition", f"step {start}", f"step {end}", f"change [{level:.0%} CI, BCa] (runs)", "rose / fell / same"]
+    """One key's change within each run from step ``start`` to step ``end``: a row per condition, the runs' changes
+    paired within each run (mean, t-interval, sign-flip p, how many rose, fell or stayed)."""
+    with_boot = any(r.change.boot_method for r in rows)
+    head = ["condition", f"step {start}", f"step {end}", "change (runs)", *_paired_head(level), "rose / fell / same"]
+    head += [f"{level:.0%} half-width", "runs for 80% power at this change"]
+    head += [f"change {level:.0%} CI (BCa)"] if with_boot else []
     lines = [f"`{key}` from step {start} to step {end}, within each run", "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
     for r in rows:
-        same = r.change.n - r.rose - r.fell
-        cells = [r.condition, _mean_std(r.before), _mean_std(r.after), _paired_cell(r.change)]
-        lines.append("| " + " | ".join([*cells, f"{r.rose} / {r.fell} / {same}"]) + " |")
+        c = r.change
+        same = c.n - r.rose - r.fell
+        cells = [r.condition, _mean_std(r.before), _mean_std(r.after), f"{c.value:+.3f} ({c.n})", *_paired_cells(c)]
+        cells += [f"{r.rose} / {r.fell} / {same}", _half_width(c), _count_cell(c.to_resolve)]
+        lines.append("| " + " | ".join(cells + ([_boot_cell(c)] if with_boot else [])) + " |")
     return "\n".join(lines)
 
 
@@ -104,12 +122,39 @@ def _count_cell(n: float | None) -> str:
     return "∞ (Δ = 0)" if math.isinf(n) else f"{n:,.0f}"
 
 
-def _paired_cell(p: PairedResult | None) -> str:
-    if p is None or not math.isfinite(p.value):
+def _paired_head(level: float) -> list[str]:
+    return [f"{level:.0%} t-interval", "sign-flip p (exact)"]
+
+
+def _paired_cells(p: PairedStats) -> list[str]:
+    """The t-interval and the sign-flip p of paired differences, in `_paired_head`'s order."""
+    return [_interval((p.low, p.high)), _p(p.p)]
+
+
+def _half_width(p: PairedStats) -> str:
+    return "-" if not math.isfinite(p.half_width) else f"{p.half_width:.3f}"
+
+
+def _above_cell(p: PairedStats) -> str:
+    tied = p.n - p.above - p.below
+    return f"{p.above} of {p.n}" + (f" ({tied} at 0)" if tied else "")
+
+
+def _boot_cell(p: PairedStats | PairedRatio | None, signed: bool = True) -> str:
+    if p is None or not p.boot_method:
         return "-"
-    interval = f" [{p.low:+.3f}, {p.high:+.3f}]" if math.isfinite(p.low) else ""
-    method = "" if p.method in ("", "BCa") else f", {p.method}"
-    return f"{p.value:+.3f}{interval} ({p.n}{method})"
+    method = "" if p.boot_method == "BCa" else f" ({p.boot_method})"
+    return _interval((p.boot_low, p.boot_high), signed) + method
+
+
+def _interval(ci: tuple[float, float] | None, signed: bool = True) -> str:
+    if ci is None or not math.isfinite(ci[0]) or not math.isfinite(ci[1]):
+        return "-"
+    return f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if signed else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _p(p: float) -> str:
+    return "-" if not math.isfinite(p) else f"{p:.3g}"
 
 
 def cost_markdown(key: str, target: float, rows: Sequence[CostRow], cost_labels: Mapping[str, str]) -> str:
@@ -134,34 +179,64 @@ def speedup_markdown(
     predicted: Mapping[tuple[str, str], float] | None = None,
 ) -> str:
     """The ratio table; `predicted` ({(condition, reference): ratio}, e.g. the pass-rate probe's cost model) adds
-    a column of the ratio predicted before the runs."""
-    extra = " predicted |" if predicted else ""
+    a column of the ratio predicted before the runs. Per pair of conditions: the ratio of mean costs, and its
+    uncertainty on the log scale (stats.paired_ratio): the geometric mean of the per-pair ratios with the 95%
+    t-interval of their logs, the exact sign-flip p of the logs, the pairs where the condition was cheaper; a BCa
+    bootstrap interval of the ratio of means only where some row has stats.MIN_BOOTSTRAP_PAIRS pairs."""
+    with_boot = any(r.ratio.boot_method for r in rows)
+    head = [
+        "condition / reference",
+        "ratio of means",
+        "geometric mean of pair ratios [95% t-interval]",
+        "sign-flip p (exact)",
+        "pairs cheaper",
+        "pairs both reached",
+        "only condition",
+        "only reference",
+        "neither",
+        "censored runs at their total: bound, geometric mean [95% t-interval]",
+    ]
+    head += (["ratio of means 95% CI (BCa)"] if with_boot else []) + (["predicted"] if predicted else [])
     lines = [
-        f"Cost ratio to reach `{key}` >= {target:.4g} ({cost_label}; paired by seed, 95% bootstrap CI; < 1: the "
-        "condition is cheaper)",
+        f"Cost ratio to reach `{key}` >= {target:.4g} ({cost_label}; paired by seed; < 1: the condition is cheaper; "
+        "interval and p of the per-pair log ratios)",
         "",
-        "| condition / reference | ratio | 95% CI | pairs both reached | only condition | only reference | neither | "
-        "censored runs at their total: bound [95% CI] |" + extra,
-        "|---|---|---|---|---|---|---|---|" + ("---|" if predicted else ""),
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
     ]
     for r in rows:
         bound = "-"
         if r.censored_ratio is not None:
             c = r.censored_ratio
-            bound = f"{r.censored_bound} {_num(c.value)} {_ci(c)} ({c.n} pairs)"
-        line = (
-            f"| {r.condition} / {r.reference} | {_num(r.ratio.value)} | {_ci(r.ratio)} | {r.ratio.n}/{r.pairs} | "
-            f"{r.only_condition} | {r.only_reference} | {r.neither} | {bound} |"
-        )
+            bound = f"{r.censored_bound} {_num(c.value)}, {_geo(c)} ({c.n} pairs)"
+        p = r.ratio.log
+        cells = [
+            f"{r.condition} / {r.reference}",
+            _num(r.ratio.value),
+            _geo(r.ratio),
+            "-" if p is None else _p(p.p),
+            "-" if p is None else f"{r.ratio.cheaper} of {p.n}",
+            f"{r.ratio.n}/{r.pairs}",
+            str(r.only_condition),
+            str(r.only_reference),
+            str(r.neither),
+            bound,
+        ]
+        if with_boot:
+            cells.append(_boot_cell(r.ratio, signed=False))
         if predicted:
             value = predicted.get((r.condition, r.reference))
-            line += f" {_num(value) if value is not None else '-'} |"
-        lines.append(line)
+            cells.append(_num(value) if value is not None else "-")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _ci(r: PairedResult) -> str:
-    return f"[{r.low:.3f}, {r.high:.3f}]" if math.isfinite(r.low) else "-"
+def _geo(r: PairedRatio) -> str:
+    """The geometric mean of the per-pair ratios and its t-interval, or "-"."""
+    if not math.isfinite(r.geo_mean):
+        return "-"
+    interval = _interval((r.low, r.high), signed=False)
+    return _num(r.geo_mean) + ("" if interval == "-" else f" {interval}")
 
 
 _PASS_AT_K = re.compile(r"^(?P<prefix>.+)/pass@(?P<k>\d+)$")

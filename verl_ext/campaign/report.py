@@ -39,6 +39,7 @@ from verl_ext.campaign.render import (
     speedup_markdown,
 )
 from verl_ext.campaign.spec import CampaignSpec, RunPlan
+from verl_ext.campaign.stats import MIN_BOOTSTRAP_PAIRS
 from verl_ext.campaign.summary import (
     Campaign,
     Records,
@@ -84,13 +85,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", nargs="+", help="metric keys / fnmatch patterns (default: the standard set, as logged)")
     p.add_argument("--baseline", help="condition the others are tested against (default: the spec's first)")
     _add_target_arguments(p)
-    p.add_argument("--bootstrap", type=int, default=0, help="add a bootstrap CI of the difference with this many draws")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=0,
+        help=f"bootstrap draws for the intervals of a difference, shown only where a comparison has at least "
+        f"{MIN_BOOTSTRAP_PAIRS} runs a group or pairs (stats.py); the paired t-interval and sign-flip p are always "
+        "shown",
+    )
     p.add_argument(
         "--speedup",
         nargs="+",
         default=[],
         metavar="COND:REF",
-        help="cost-to-target ratios of COND over REF, paired by seed, with bootstrap CIs (e.g. fast:plain fast:dapo)",
+        help="cost-to-target ratios of COND over REF, paired by seed, with a t-interval of the per-pair log ratios "
+        "(e.g. fast:plain fast:dapo)",
     )
     p.add_argument(
         "--predicted",
@@ -115,7 +124,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar=("FROM", "TO"),
         help="also tabulate each key's change within each run from step FROM to step TO (before and after training: "
-        "per condition the mean change with a BCa interval over the runs, and how many rose or fell)",
+        "per condition the mean change with its t-interval and sign-flip p over the runs, and how many rose or fell)",
     )
     p.add_argument(
         "--reference",

@@ -9,13 +9,15 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
 - Final value of a run: the key's last finite value (for validation metrics that is the last evaluation). The same
   table at a given step (each run's value logged at exactly that step) compares arms that ran different numbers of
   steps at equal steps: whether a step of one arm is worth more than a step of another.
-- Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition, and
-  Welch's two-sided p-value (and optionally a bootstrap CI of the difference, the paired difference over the seeds
-  both ran with its BCa CI, and the seed pairs a paired t-test would need to resolve that difference at 80% power):
-  verl_ext/campaign/stats.py.
+- Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition,
+  Welch's two-sided p-value, and the paired difference over the seeds both ran (stats.paired_difference: its
+  t-interval and half-width, exact sign-flip p, pairs above 0, pairs for 80% power); bootstrap intervals of the
+  difference (unpaired, and paired BCa) only when asked for (``bootstrap`` draws) and only from
+  stats.MIN_BOOTSTRAP_PAIRS runs per group / pairs up: verl_ext/campaign/stats.py says why.
 - Change within a run (``change_table``): each run's value at one step less its value at an earlier one (before and
-  after training), so a run is paired with itself; per condition the mean change with a BCa interval over the runs
-  and how many rose, fell or stayed. "Did it learn", where the final table asks "did it beat the baseline".
+  after training), so a run is paired with itself; per condition the same paired statistics of the changes over the
+  runs (t-interval, sign-flip p, how many rose, fell or stayed). "Did it learn", where the final table asks "did it
+  beat the baseline".
 - Cost to reach a target: the first step at which a run's target metric (validation accuracy) is >= target, and the
   value of each cumulative cost key at that step (generated tokens ``curriculum/tokens_generated``, training wall
   time ``time/train_total_s``, both carried across resumes by the trainers; the keys and the value at a step,
@@ -25,9 +27,10 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   there", the figure of merit of curriculum sampling (SPEED-RL reports its speed-up this way). Runs that never reach
   it are counted, not averaged.
 - Speed-up of a condition over a reference: over the seeds both ran (a seed pairs the runs: same prompt order and
-  initial model), the ratio of mean cost to the target with a paired bootstrap CI (stats.paired_ratio_ci), on the
-  pairs where both runs reached it; pairs where only one did are counted beside it (their cost to target is not
-  known, only bounded by the run's total).
+  initial model), the ratio of mean cost to the target, with the geometric mean of the per-pair ratios and its
+  t-interval on the log scale (stats.paired_ratio; a BCa interval of the ratio of means from
+  stats.MIN_BOOTSTRAP_PAIRS pairs up), on the pairs where both runs reached it; pairs where only one did are counted
+  beside it (their cost to target is not known, only bounded by the run's total).
 - The same ratio with those pairs kept: a run that never reached the target cost at least its total (the cost key's
   last value), so over the pairs where at least one run reached it, with each censored run at its total, the ratio
   is an upper bound of the true one when only the reference's runs were censored (the reference really cost more) and
@@ -51,12 +54,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from verl_ext.campaign.stats import (
-    PairedResult,
+    MIN_BOOTSTRAP_PAIRS,
+    PairedRatio,
+    PairedStats,
     Summary,
     bootstrap_diff_ci,
-    paired_diff_ci,
-    paired_ratio_ci,
-    pairs_to_resolve,
+    paired_difference,
+    paired_ratio,
     summarize,
     welch_t_test,
 )
@@ -119,16 +123,16 @@ class FinalRow:
     summary: Summary
     diff: float  # mean - baseline mean
     p: float  # Welch two-sided, nan if undefined
-    ci: tuple[float, float] | None  # bootstrap CI of diff, when asked for
-    paired: PairedResult | None = None  # the difference over the seeds both ran, with its BCa CI, when asked for
-    to_resolve: float | None = None  # seed pairs a paired t-test needs for 80% power at the paired difference seen
+    ci: tuple[float, float] | None  # unpaired bootstrap CI of diff: asked for, and both groups >= MIN_BOOTSTRAP_PAIRS
+    paired: PairedStats | None = None  # the difference over the seeds both ran; None for the baseline
 
 
 def final_table(
     campaign: Campaign, key: str, baseline: str, bootstrap: int = 0, level: float = 0.95, step: int | None = None
 ) -> list[FinalRow]:
     """Per condition the runs' final values of ``key`` (with ``step``: their values at that step) against the
-    baseline's: mean, std, difference, Welch p and optionally a bootstrap CI of the difference."""
+    baseline's: mean, std, difference, Welch p, the paired statistics over the seeds both ran, and with
+    ``bootstrap`` draws the bootstrap intervals where there are enough runs (module docstring)."""
     if baseline not in campaign:
         raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
     by_seed = {
@@ -142,16 +146,16 @@ def final_table(
     for cond, vals in finals.items():
         s = summarize(vals)
         is_base = cond == baseline
-        ci = paired = to_resolve = None
-        if bootstrap and not is_base:
-            ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level)
+        ci = paired = None
+        if not is_base:
+            if bootstrap and min(len(vals), len(base)) >= MIN_BOOTSTRAP_PAIRS:
+                ci = bootstrap_diff_ci(vals, base, n_boot=bootstrap, level=level)
             seeds = sorted(set(by_seed[cond]) & set(by_seed[baseline]))
             a, b = [by_seed[cond][x] for x in seeds], [by_seed[baseline][x] for x in seeds]
-            paired = paired_diff_ci(a, b, n_boot=bootstrap, level=level)
-            to_resolve = pairs_to_resolve([x - y for x, y in zip(a, b)], level=level)
+            paired = paired_difference(a, b, level=level, n_boot=bootstrap)
         diff = 0.0 if is_base else s.mean - base_mean
         p = math.nan if is_base else welch_t_test(vals, base).p
-        rows.append(FinalRow(cond, s, diff, p, ci, paired, to_resolve))
+        rows.append(FinalRow(cond, s, diff, p, ci, paired))
     return rows
 
 
@@ -160,16 +164,24 @@ class ChangeRow:
     condition: str
     before: Summary  # the runs' values at the first step
     after: Summary  # ... and at the second, over the same runs
-    change: PairedResult  # mean of after - before over the runs, its CI when a bootstrap was asked for
-    rose: int
-    fell: int  # runs with after < before; the rest of change.n stayed
+    change: PairedStats  # of after - before over the runs (stats.paired_difference)
+
+    @property
+    def rose(self) -> int:
+        return self.change.above
+
+    @property
+    def fell(self) -> int:
+        """Runs with after < before; the rest of change.n stayed."""
+        return self.change.below
 
 
 def change_table(
     campaign: Campaign, key: str, start: int, end: int, bootstrap: int = 0, level: float = 0.95
 ) -> list[ChangeRow]:
     """Per condition the change of ``key`` from step ``start`` to step ``end`` within each run that logged it at both
-    (a condition where none did has no row)."""
+    (a condition where none did has no row): the paired statistics of the changes, with ``bootstrap`` draws a BCa
+    interval where there are enough runs."""
     rows = []
     for cond, runs in campaign.items():
         pairs = [
@@ -180,12 +192,8 @@ def change_table(
         if not pairs:
             continue
         before, after = (np.asarray(x, dtype=float) for x in zip(*pairs, strict=True))
-        if bootstrap:
-            change = paired_diff_ci(after, before, n_boot=bootstrap, level=level)
-        else:
-            change = PairedResult(float((after - before).mean()), math.nan, math.nan, len(pairs), "")
-        rose, fell = int((after > before).sum()), int((after < before).sum())
-        rows.append(ChangeRow(cond, summarize(before), summarize(after), change, rose, fell))
+        change = paired_difference(after, before, level=level, n_boot=bootstrap)
+        rows.append(ChangeRow(cond, summarize(before), summarize(after), change))
     return rows
 
 
@@ -288,11 +296,11 @@ class SpeedupRow:
     only_condition: int  # pairs where only the condition reached the target
     only_reference: int  # pairs where only the reference reached it
     neither: int
-    ratio: PairedResult  # mean cost of the condition / of the reference, over the pairs where both reached it
+    ratio: PairedRatio  # mean cost of the condition / of the reference, over the pairs where both reached it
     # Over the pairs where at least one reached it, censored runs at their total: "<=" the ratio is an upper bound
     # (only the reference's runs were censored), ">=" a lower bound, "" none or both sides censored (no bound).
     censored_bound: str = ""
-    censored_ratio: PairedResult | None = None
+    censored_ratio: PairedRatio | None = None
 
 
 def speedup_table(
@@ -313,7 +321,7 @@ def speedup_table(
         if bool(only_cond) != bool(only_ref):  # one side censored: its totals bound the ratio in one direction
             bound = "<=" if only_cond else ">="
             either = [s for s in seeds if reach[cond, s] or reach[ref, s]]
-            censored = paired_ratio_ci(
+            censored = paired_ratio(
                 [_cost_or_total(reach[cond, s], campaign[cond][s], cost_key) for s in either],
                 [_cost_or_total(reach[ref, s], campaign[ref][s], cost_key) for s in either],
                 n_boot=n_boot,
@@ -326,7 +334,7 @@ def speedup_table(
                 only_cond,
                 only_ref,
                 sum(1 for s in seeds if not reach[cond, s] and not reach[ref, s]),
-                paired_ratio_ci([a for a, _ in costs], [b for _, b in costs], n_boot=n_boot),
+                paired_ratio([a for a, _ in costs], [b for _, b in costs], n_boot=n_boot),
                 bound,
                 censored,
             )
