@@ -3,9 +3,11 @@ argument checks, the constant-answer baseline, the CLI, and every gold answer gr
 
 import math
 import random
+import re
 from collections import Counter
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +17,7 @@ import pytest
 from data_preprocess.dedup import ProblemRow
 from data_preprocess.verl_schema import verl_table
 from verl_ext.mathgen import prompts, task
+from verl_ext.mathgen.canonical import meaning_key
 from verl_ext.reward.math_reward import compute_score
 
 NUM = len(task.MODULES)
@@ -218,19 +221,18 @@ def test_the_steps_mix_starts_every_prompt_with_the_worked_demonstration_and_nev
         task.get_mix("nope")
 
 
-def test_a_demonstration_question_drawn_by_the_generator_is_redrawn():
-    """The exclusion is what keeps the demonstration out: a generator whose first draw is the demonstration's
-    question gives the next one instead."""
+def test_a_draw_with_the_meaning_of_a_demonstration_question_is_redrawn():
+    """The exclusion is what keeps the demonstration out: a generator whose first draw rewords the demonstration's
+    question (another letter) gives the next one instead, as sample_items asks (by meaning)."""
     module = ("algebra", "linear_1d")
-    draws = iter(["Solve 3*x + 2 = 14 for x.", "Solve 2*y = 4 for y."])
+    draws = iter(["Solve 3*k + 2 = 14 for k.", "Solve 2*y = 4 for y."])
 
     class Problem:
         def __init__(self, q):
             self.question, self.answer = q, 2
 
-    item = task._draw_new(
-        lambda: Problem(next(draws)), module, set(prompts.demonstration_questions(prompts.WORKED_DEMONSTRATION)), 0.0
-    )
+    shown = {meaning_key(q) for q in prompts.demonstration_questions(prompts.WORKED_DEMONSTRATION)}
+    item = task._draw_new(lambda: Problem(next(draws)), module, lambda q: meaning_key(q) in shown, 0.0)
     assert item.question == "Solve 2*y = 4 for y."
 
 
@@ -251,3 +253,54 @@ def test_the_cache_key_changes_with_what_the_prompts_are_made_of(monkeypatch):
     assert spec.key() != before
     monkeypatch.undo()
     assert spec.key() == before
+
+
+def test_a_row_is_redrawn_only_when_its_meaning_is_taken():
+    """distinct_meanings redraws exactly the rows whose meaning an earlier row has; every other row is the one drawn
+    without the rule (so the rule changed only the rows it had to)."""
+    mix = task.get_mix("arithmetic")
+    plain = task.sample_items(
+        400, seed=1, difficulty=task.DEFAULT_DIFFICULTY, modules=mix.modules, distinct_meanings=False
+    )
+    ruled = task.sample_items(400, seed=1, difficulty=task.DEFAULT_DIFFICULTY, modules=mix.modules)
+    assert [it.module for it in ruled] == [it.module for it in plain]
+    assert len({meaning_key(it.question) for it in ruled}) == 400
+    redrawn = []
+    for i, (a, b) in enumerate(zip(plain, ruled)):
+        earlier = {meaning_key(it.question) for it in ruled[:i]}
+        assert (a != b) == (meaning_key(a.question) in earlier), (i, a, b)
+        redrawn += [i] * (a != b)
+    assert 0 < len(redrawn) < 100
+
+
+REPO = Path(__file__).resolve().parents[2]
+MATHGEN_INTERPOLATION = re.compile(r"\$\{mathgen:\w+(?:,(\w+))?(?:,(\d+))?\}")
+
+
+def shipped_task_specs() -> set:
+    """Every task a shipped config asks for (``${mathgen:WHAT[,MIX[,VAL_SIZE]]}`` in a preset, a real config or a
+    campaign), and every mix at its defaults."""
+    specs = {task.TaskSpec(mix=mix) for mix in task.MIXES}
+    for folder in ("recipe", "verl_ext/config", "configs"):
+        for path in (REPO / folder).rglob("*.yaml"):
+            for mix, val_size in MATHGEN_INTERPOLATION.findall(path.read_text()):
+                spec = task.TaskSpec(mix=mix or "all")
+                specs.add(task.TaskSpec(mix=spec.mix, val_size=int(val_size)) if val_size else spec)
+    return specs
+
+
+def test_every_shipped_task_has_no_held_out_question_with_the_meaning_of_a_training_one(tmp_path):
+    specs = shipped_task_specs()
+    assert task.TaskSpec(mix="steps", val_size=64) in specs and task.TaskSpec(mix="arithmetic") in specs  # presets read
+    for spec in sorted(specs, key=repr):
+        mix = task.get_mix(spec.mix)
+        out = tmp_path / spec.key()
+        train, val = task.write_task(out, spec.train_size, spec.val_size, spec.seed, spec.difficulty, mix.modules,
+                                     mix.demonstration)  # fmt: skip
+        train_meanings = {meaning_key(q) for q in task.questions(train)}
+        val_meanings = [meaning_key(q) for q in task.questions(val)]
+        assert len(val_meanings) == len(set(val_meanings)) == spec.val_size, spec
+        assert len(task.questions(train)) == spec.train_size, spec
+        assert not train_meanings & set(val_meanings), spec
+        shown = {meaning_key(q) for q in prompts.demonstration_questions(mix.demonstration)}
+        assert not shown & (train_meanings | set(val_meanings)), spec

@@ -2,6 +2,8 @@
 
 - ``task``: the modules, the difficulty knob, verl parquet splits, the constant-answer baseline, a CLI
   (``python -m verl_ext.mathgen.task OUT_DIR``), ``TaskSpec`` (the parameters); docs/MATHGEN.md.
+- ``canonical``: ``canonical_form(question)``, the computation a question asks for; held-out splits are
+  disjoint from training by it.
 - ``prompts``: the chat prompt of a row: ``INSTRUCTION`` and the worked demonstrations a mix starts with.
 - ``cache``: ``ensure_task(TaskSpec)``, the task written once per parameter set into the project cache.
 - ``compat``: the shims that let mathematics-dataset 1.0.1 import and generate reproducibly with current sympy,

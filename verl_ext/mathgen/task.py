@@ -40,8 +40,12 @@ reward). Questions or answers longer than the generator's own limits (160 / 30 c
 ``generate.py`` does.
 
 Baselines: the best constant answer (``constant_answer_baseline``) at the default, seed 0: ``1`` passes 5.3% of
-the 2048-row train split, ``0`` 6.6% of the 256-row validation split (4.5% of train at difficulty 0); a policy that
+the 2048-row train split, ``0`` 7.0% of the 256-row validation split (4.5% of train at difficulty 0); a policy that
 ignores the question cannot do better.
+
+Held-out by meaning: no validation question asks the computation of a training one in other words (``canonical``:
+``Divide 6 by 3.`` is ``6 divided by 3``; ``Solve 3*k + 2 = 8 for k.`` is ``Solve 8 = 3*x + 2 for x.``), nor
+repeats an earlier validation one's (``sample_items``, docs/MATHGEN.md).
 
 Regenerate: ``python -m verl_ext.mathgen.task OUT_DIR [--train-size N --val-size N --seed S --difficulty D --mix M]``
 (default D = -1/3) writes ``OUT_DIR/train.parquet`` and ``OUT_DIR/val.parquet`` and prints per-module counts and the
@@ -62,6 +66,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from verl_ext.dataset.baselines import constant_answer_baseline  # noqa: F401  (re-exported: the task's baseline)
+from verl_ext.mathgen.canonical import meaning_key
 from verl_ext.mathgen.prompts import (
     DEMONSTRATION,
     INSTRUCTION,
@@ -119,7 +124,7 @@ BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium
 MIN_ENTROPY = 1.0  # the generator's own per-number floor (see the module docstring)
 MAX_DRAWS_PER_ROW = 1000  # draws for one new distinct question before giving up on a module
 _TUPLE_ANSWERS = frozenset({("comparison", "sort")})
-DATA_VERSION = 1  # bump when the rows change for the same parameters and mix (instruction, answer format)
+DATA_VERSION = 2  # bump when the rows change for the same parameters and mix (2: held-out disjoint by meaning)
 
 
 @dataclass(frozen=True)
@@ -219,8 +224,16 @@ def sample_items(
     difficulty: float,
     modules: Sequence[tuple[str, str]] = MODULES,
     exclude: Iterable[str] = (),
+    distinct_meanings: bool = True,
 ) -> list[Item]:
-    """``size`` items, row i from ``modules[i % len(modules)]``, no question twice and none in ``exclude``.
+    """``size`` items, row i from ``modules[i % len(modules)]``: no question twice, none with the meaning
+    (``canonical.meaning_key``) of a question in ``exclude``, and with ``distinct_meanings`` no two with one meaning.
+
+    Two passes over one random stream: the rows are drawn as distinct questions (skipping the strings in
+    ``exclude``: the rows of DATA_VERSION 1), then, in row order, a row whose meaning is taken (excluded, or an
+    earlier row's) is redrawn from its module. Every other row stays as it was, so the meaning rule changes only the
+    rows it must. A training split is drawn without ``distinct_meanings``: its rows are the ones every preset
+    trained on before the rule.
 
     Deterministic for a seed: python's ``random`` and ``np.random`` (the generator's only randomness) are seeded
     here and restored to their previous state afterwards, so callers' random streams are untouched."""
@@ -230,7 +243,9 @@ def sample_items(
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     gens = generators(difficulty, modules)
     order = list(gens)
+    exclude = list(exclude)
     seen = set(exclude)
+    taken = {meaning_key(q) for q in exclude}
     items: list[Item] = []
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
@@ -238,19 +253,28 @@ def sample_items(
         np.random.seed(seed)
         for i in range(size):
             module = order[i % len(order)]
-            items.append(_draw_new(gens[module], module, seen, difficulty))
+            items.append(_draw_new(gens[module], module, seen.__contains__, difficulty))
             seen.add(items[-1].question)
+        for i, item in enumerate(items):
+            if meaning_key(item.question) in taken:
+                item = items[i] = _draw_new(
+                    gens[item.module], item.module, lambda q: q in seen or meaning_key(q) in taken, difficulty
+                )
+                seen.add(item.question)
+            if distinct_meanings:
+                taken.add(meaning_key(item.question))
     finally:
         random.setstate(py_state)
         np.random.set_state(np_state)
     return items
 
 
-def _draw_new(generate: Callable, module: tuple[str, str], seen: set[str], difficulty: float) -> Item:
+def _draw_new(generate: Callable, module: tuple[str, str], taken: Callable[[str], bool], difficulty: float) -> Item:
+    """The generator's next question within the limits for which ``taken(question)`` is False."""
     for _ in range(MAX_DRAWS_PER_ROW):
         problem = generate()
         question, answer = str(problem.question).strip(), ground_truth(module, problem.answer)
-        if question not in seen and _within_limits(question, answer):
+        if _within_limits(question, answer) and not taken(question):
             return Item(module, question, answer)
     raise ValueError(
         f"size: {module_name(module)} gave no new question in {MAX_DRAWS_PER_ROW} draws at difficulty "
@@ -282,12 +306,14 @@ def write_split(
     modules: Sequence[tuple[str, str]] = MODULES,
     exclude: Iterable[str] = (),
     demonstration: Sequence[dict[str, str]] = DEMONSTRATION,
+    distinct_meanings: bool = True,
 ) -> str:
-    """Write one split (``sample_items`` as parquet, none of the demonstration's questions) and return its path."""
+    """Write one split (``sample_items`` as parquet, nothing with the meaning of a demonstration's question) and
+    return its path."""
     from verl_ext.dataset.schema import write_table
 
     exclude = [*exclude, *demonstration_questions(demonstration)]
-    items = sample_items(size, seed, difficulty, modules, exclude)
+    items = sample_items(size, seed, difficulty, modules, exclude, distinct_meanings)
     return write_table(items_table(items, split, demonstration), path)
 
 
@@ -318,10 +344,12 @@ def write_task(
     demonstration: Sequence[dict[str, str]] = DEMONSTRATION,
 ) -> tuple[str, str]:
     """``out_dir/train.parquet`` and ``out_dir/val.parquet`` -> their paths. Validation is drawn from its own seed
-    and skips every train question (drawing another in its place, so it keeps its size and its round-robin
-    balance): the two files are disjoint as sets of questions. Skipping removes the most probable questions
-    (``What is 1 + 2?``) from validation more often than the rare ones, so validation is slightly harder than
-    train; the constant-answer baselines of both are printed by the CLI."""
+    and skips every question with the meaning (``canonical.canonical_form``) of a train question or of an earlier
+    validation one, drawing another in its place, so it keeps its size and its round-robin balance: the two files
+    are disjoint by meaning, not only as strings. Train is distinct as strings only (a reworded question may occur
+    twice in it, as it did before the meaning rule: the rows presets trained on are unchanged). Skipping removes the
+    most probable questions (``What is 1 + 2?``) from validation more often than the rare ones, so validation is
+    slightly harder than train; the constant-answer baselines of both are printed by the CLI."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}")
     train_seed, val_seed = split_seeds(seed)
@@ -333,6 +361,7 @@ def write_task(
         difficulty,
         modules,
         demonstration=demonstration,
+        distinct_meanings=False,
     )
     val_path = write_split(
         os.path.join(out_dir, "val.parquet"),
