@@ -290,17 +290,55 @@ def shipped_task_specs() -> set:
 
 
 def test_every_shipped_task_has_no_held_out_question_with_the_meaning_of_a_training_one(tmp_path):
+    """For every shipped task, from the project cache (ensure_task, ensure_large_heldout): validation and the large
+    held-out split share no meaning with train, with each other or with the demonstration, and repeat none."""
+    from verl_ext.mathgen.cache import ensure_large_heldout, ensure_task
+
     specs = shipped_task_specs()
     assert task.TaskSpec(mix="steps", val_size=64) in specs and task.TaskSpec(mix="arithmetic") in specs  # presets read
     for spec in sorted(specs, key=repr):
         mix = task.get_mix(spec.mix)
-        out = tmp_path / spec.key()
-        train, val = task.write_task(out, spec.train_size, spec.val_size, spec.seed, spec.difficulty, mix.modules,
-                                     mix.demonstration)  # fmt: skip
-        train_meanings = {meaning_key(q) for q in task.questions(train)}
-        val_meanings = [meaning_key(q) for q in task.questions(val)]
-        assert len(val_meanings) == len(set(val_meanings)) == spec.val_size, spec
-        assert len(task.questions(train)) == spec.train_size, spec
-        assert not train_meanings & set(val_meanings), spec
+        root = ensure_task(spec, tmp_path)
+        large = ensure_large_heldout(spec, cache_dir=tmp_path)
+        train = [meaning_key(q) for q in task.questions(root / "train.parquet")]
+        val = [meaning_key(q) for q in task.questions(root / "val.parquet")]
+        held = [meaning_key(q) for q in task.questions(large)]
         shown = {meaning_key(q) for q in prompts.demonstration_questions(mix.demonstration)}
-        assert not shown & (train_meanings | set(val_meanings)), spec
+        assert len(train) == spec.train_size, spec
+        assert len(val) == len(set(val)) == spec.val_size, spec
+        assert len(held) == len(set(held)) == task.LARGE_HELDOUT_SIZE >= 1024, spec
+        assert not set(train) & set(val) and not (set(train) | set(val)) & set(held), spec
+        assert not shown & (set(train) | set(val) | set(held)), spec
+        assert {i["split"] for i in pd.read_parquet(large)["extra_info"]} == {"heldout_large"}
+        sources = [task.data_source(mix.modules[i % len(mix.modules)]) for i in range(task.LARGE_HELDOUT_SIZE)]
+        assert list(pd.read_parquet(large)["data_source"]) == sources, spec  # round-robin over the mix's modules
+        assert ensure_large_heldout(spec, cache_dir=tmp_path) == large  # served from the cache the second time
+
+
+def test_the_large_held_out_split_is_deterministic_and_its_own_stream(tmp_path):
+    mix = task.get_mix("steps")
+    train, val = task.write_task(tmp_path, 64, 16, seed=0, modules=mix.modules, demonstration=mix.demonstration)
+    args = dict(size=48, seed=0, modules=mix.modules, demonstration=mix.demonstration)
+    a = task.write_large_heldout(tmp_path / "a.parquet", train, val, **args)
+    b = task.write_large_heldout(tmp_path / "b.parquet", train, val, **args)
+    assert pd.read_parquet(a).to_json() == pd.read_parquet(b).to_json()
+    other_seed = task.write_large_heldout(tmp_path / "c.parquet", train, val, **{**args, "seed": 1})
+    assert task.questions(a) != task.questions(other_seed)
+    # 2**32 + seed is another stream than every one-word seed, the task seed's train and validation ones included
+    assert task.large_heldout_seed(0) == 2**32 and task.large_heldout_seed(3) not in task.split_seeds(3)
+    wide = task.sample_items(24, seed=task.large_heldout_seed(0), difficulty=0.0, distinct_meanings=False)
+    for narrow_seed in (0, 1, *task.split_seeds(0)):
+        narrow = task.sample_items(24, seed=narrow_seed, difficulty=0.0, distinct_meanings=False)
+        assert [it.question for it in wide] != [it.question for it in narrow]
+
+
+def test_cli_writes_the_large_held_out_split_on_request(tmp_path, capsys):
+    task.main([str(tmp_path), "--train-size", "18", "--val-size", "9", "--mix", "all", "--heldout-large", "27"])
+    out = capsys.readouterr().out
+    assert "heldout_large: " in out and out.count("best constant answer") == 3
+    held = task.questions(tmp_path / "heldout_large.parquet")
+    assert len(held) == 27
+    taken = {
+        meaning_key(q) for q in task.questions(tmp_path / "train.parquet") + task.questions(tmp_path / "val.parquet")
+    }
+    assert not taken & {meaning_key(q) for q in held}

@@ -45,11 +45,13 @@ ignores the question cannot do better.
 
 Held-out by meaning: no validation question asks the computation of a training one in other words (``canonical``:
 ``Divide 6 by 3.`` is ``6 divided by 3``; ``Solve 3*k + 2 = 8 for k.`` is ``Solve 8 = 3*x + 2 for x.``), nor
-repeats an earlier validation one's (``sample_items``, docs/MATHGEN.md).
+repeats an earlier validation one's (``sample_items``, docs/MATHGEN.md). A large held-out split of
+``LARGE_HELDOUT_SIZE`` rows, disjoint by meaning from both, comes from ``write_large_heldout``.
 
 Regenerate: ``python -m verl_ext.mathgen.task OUT_DIR [--train-size N --val-size N --seed S --difficulty D --mix M]``
-(default D = -1/3) writes ``OUT_DIR/train.parquet`` and ``OUT_DIR/val.parquet`` and prints per-module counts and the
-baselines. Output is identical for identical arguments (in any process: see ``compat``'s ``symbol_order``).
+(default D = -1/3) writes ``OUT_DIR/train.parquet`` and ``OUT_DIR/val.parquet`` (with ``--heldout-large [N]`` also
+``OUT_DIR/heldout_large.parquet``, ``write_large_heldout``) and prints per-module counts and the baselines. Output
+is identical for identical arguments (in any process: see ``compat``'s ``symbol_order``).
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ DIFFICULTY_RANGE = (-1.0, 1.0)
 DEFAULT_DIFFICULTY = -1 / 3  # the third just below train-easy: ends where train-easy starts
 BAND_WIDTH = 1 / 3  # of the module's train range: the generator's easy / medium / hard thirds
 MIN_ENTROPY = 1.0  # the generator's own per-number floor (see the module docstring)
+LARGE_HELDOUT_SIZE = 1024  # rows of write_large_heldout: a pass rate to +-0.03 at 95% (144 validation rows: +-0.08)
 MAX_DRAWS_PER_ROW = 1000  # draws for one new distinct question before giving up on a module
 _TUPLE_ANSWERS = frozenset({("comparison", "sort")})
 DATA_VERSION = 2  # bump when the rows change for the same parameters and mix (2: held-out disjoint by meaning)
@@ -236,11 +239,12 @@ def sample_items(
     trained on before the rule.
 
     Deterministic for a seed: python's ``random`` and ``np.random`` (the generator's only randomness) are seeded
-    here and restored to their previous state afterwards, so callers' random streams are untouched."""
+    here and restored to their previous state afterwards, so callers' random streams are untouched. A seed of
+    2**32 or more (``large_heldout_seed``) seeds both from its two 32-bit words, a stream no smaller seed gives."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"size must be an integer >= 0, got {size!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
     gens = generators(difficulty, modules)
     order = list(gens)
     exclude = list(exclude)
@@ -249,8 +253,8 @@ def sample_items(
     items: list[Item] = []
     py_state, np_state = random.getstate(), np.random.get_state()
     try:
-        random.seed(seed)
-        np.random.seed(seed)
+        random.seed(seed)  # python splits an int into 32-bit words itself; numpy is given them
+        np.random.seed(seed if seed < 2**32 else [seed & 0xFFFFFFFF, seed >> 32])
         for i in range(size):
             module = order[i % len(order)]
             items.append(_draw_new(gens[module], module, seen.__contains__, difficulty))
@@ -322,6 +326,12 @@ def split_seeds(seed: int) -> tuple[int, int]:
     return 2 * seed, 2 * seed + 1
 
 
+def large_heldout_seed(seed: int) -> int:
+    """The large held-out split's seed: 2**32 + seed, which seeds ``random`` and ``np.random`` from the two words
+    (seed, 1), a stream no train or validation seed (one word, below 2**32) of any task seed gives."""
+    return 2**32 + seed
+
+
 def questions(path) -> list[str]:
     import pandas as pd
 
@@ -376,6 +386,27 @@ def write_task(
     return train_path, val_path
 
 
+def write_large_heldout(
+    path,
+    train_path,
+    val_path,
+    size: int = LARGE_HELDOUT_SIZE,
+    seed: int = 0,
+    difficulty: float = DEFAULT_DIFFICULTY,
+    modules: Sequence[tuple[str, str]] = MODULES,
+    demonstration: Sequence[dict[str, str]] = DEMONSTRATION,
+) -> str:
+    """Write the large held-out split (``extra_info.split`` ``heldout_large``) of the task whose splits
+    ``write_task`` wrote to ``train_path`` and ``val_path`` with the same seed, difficulty, modules and
+    demonstration, and return its path: ``size`` rows, round-robin over the modules like the others, drawn from
+    ``large_heldout_seed(seed)``, none with the meaning (``canonical``) of a train, validation or demonstration
+    question and no meaning twice. Deterministic for its arguments."""
+    exclude = [*questions(train_path), *questions(val_path)]
+    return write_split(
+        path, size, large_heldout_seed(seed), "heldout_large", difficulty, modules, exclude, demonstration
+    )
+
+
 def module_counts(path) -> Counter:
     import pandas as pd
 
@@ -394,12 +425,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=defaults["seed"])
     p.add_argument("--difficulty", type=float, default=defaults["difficulty"], help="in [-1, 1]; 0 = train-easy")
     p.add_argument("--mix", default=defaults["mix"], choices=sorted(MIXES), help="which modules (MIXES)")
+    p.add_argument(
+        "--heldout-large",
+        type=int,
+        nargs="?",
+        const=LARGE_HELDOUT_SIZE,
+        metavar="N",
+        help=f"also write heldout_large.parquet (write_large_heldout), N rows ({LARGE_HELDOUT_SIZE} without N)",
+    )
     args = p.parse_args(argv)
     mix = get_mix(args.mix)
     paths = write_task(
         args.out_dir, args.train_size, args.val_size, args.seed, args.difficulty, mix.modules, mix.demonstration
     )
-    for split, path in zip(("train", "val"), paths):
+    splits = ["train", "val"]
+    if args.heldout_large is not None:
+        path = os.path.join(args.out_dir, "heldout_large.parquet")
+        splits.append("heldout_large")
+        paths = (*paths, write_large_heldout(path, *paths, args.heldout_large, args.seed, args.difficulty,
+                                             mix.modules, mix.demonstration))  # fmt: skip
+    for split, path in zip(splits, paths):
         counts = module_counts(path)
         print(f"{split}: {path} ({sum(counts.values())} rows)")
         for source in sorted(counts):
