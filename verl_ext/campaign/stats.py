@@ -11,15 +11,15 @@ sample standard deviation (ddof = 1) and n; against a baseline condition:
 - A paired difference (``paired_difference``): the differences d_i = a_i - b_i over the seeds both ran, each seed's
   own luck (its prompt order) cancelled in its d_i, and of them
   - the mean difference d̄;
-  - the paired t-interval (Student 1908; e.g. Wasserman 2004, sec. 10.4): d̄ ± t_{(1+level)/2, n-1} s_d / sqrt(n),
+  - the paired t-interval (Student 1908): d̄ ± t_{(1+level)/2, n-1} s_d / sqrt(n),
     s_d the differences' sample std; its half-width t_{(1+level)/2, n-1} s_d / sqrt(n) is reported beside it (the
     resolution reached: a true difference smaller than it would not have been told apart from 0). Exact when the
     differences are normal; no resampling, so it is defined and calibrated at n = 2-5, where it is wide (t_{0.975, 2}
     = 4.30 at 3 pairs). Equal differences give a zero-width interval at their value;
-  - the exact sign-flip permutation p (Fisher 1935, ch. 21; Good 2005, sec. 3.6): under "no difference" each d_i is
-    as likely -d_i, so p = the share of the 2^n sign patterns whose |mean| is at least the observed |d̄|
+  - the exact sign-flip permutation p (Fisher 1935, The Design of Experiments, sec. 21): under "no difference" each
+    d_i is as likely -d_i, so p = the share of the 2^n sign patterns whose |mean| is at least the observed |d̄|
     (``scipy.stats.permutation_test``, ``permutation_type='samples'``, every pattern enumerated up to
-    EXACT_SIGN_FLIP_MAX_PAIRS pairs, 100,000 random patterns beyond). Two-sided, and free of any normality
+    EXACT_SIGN_FLIP_MAX_PAIRS pairs, SIGN_FLIP_RANDOM_PATTERNS random ones beyond). Two-sided, and free of any normality
     assumption, but coarse at small n: the smallest p it can give is 2 / 2^n, **0.25 at 3 pairs**, 0.125 at 4,
     0.0625 at 5; "p < 0.05" needs at least 6 pairs, all of one sign. One pair gives p = 1;
   - how many of the n pairs lie above 0 (and below; the rest are tied at 0): "3 of 3 above" is what the sign-flip
