@@ -102,7 +102,9 @@ def test_job_runs_on_both_nodes_and_syncs_weights(cluster, tmp_path):
     poller.halt.set()
     (tmp_path / "cli.log").write_text(r.stdout + r.stderr)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
-    assert "step:2" in r.stdout, "the log was streamed"
+    # the job log shows what the local terminal shows: the step lines, the full log's path on the cluster
+    assert re.search(r"^step +2/2 \|", r.stdout, re.M), "the log was streamed"
+    assert f"[verl_ext] full log: {run_dir / 'run.log'}" in r.stdout
     assert "VERL_EXT_ARTIFACT" not in r.stdout, "the artifact block is not shown to the user"
     jid = re.search(r"submitted (\S+) to", r.stdout).group(1)
 
@@ -152,6 +154,8 @@ def test_lost_node_fails_the_job_and_resume_continues(cluster, tmp_path):
     assert failed_after_s < 180
     info = client.get_job_info(jid)
     assert lost[0] in info.message, info.message[-3000:]  # the message names the lost node
+    failed_log = client.get_job_logs(jid)
+    assert f"[verl_ext.launch] FAILED: lost node {lost[0]}" in failed_log, failed_log[-3000:]
     logged_before = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")]
     last_ckpt = int(latest.read_text())
     assert logged_before[-1] < 8, "the kill came before the run ended"
@@ -163,7 +167,9 @@ def test_lost_node_fails_the_job_and_resume_continues(cluster, tmp_path):
     status = job.wait(client, jid2, timeout_s=JOB_TIMEOUT_S)
     log = client.get_job_logs(jid2)
     assert status == "SUCCEEDED", log[-5000:]
-    assert f"global_step_{last_ckpt}" in log and f"Setting global step to {last_ckpt}" in log, "resumed there"
+    resumed = f"[verl_ext] resumed from {run_dir}/global_step_{last_ckpt} at step {last_ckpt}"
+    assert resumed in log, log[-5000:]  # the job log says where it resumed (verl's own lines are in run.log)
+    assert f"Setting global step to {last_ckpt}" in (run_dir / "run.log").read_text()
     rows = read_jsonl(run_dir / "metrics.jsonl")
     print("rollout vs actor probs diff max per step:", [r["training/rollout_probs_diff_max"] for r in rows])
     assert [r["step"] for r in rows] == list(range(1, 9)), "no step twice, none missing"

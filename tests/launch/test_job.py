@@ -162,3 +162,43 @@ def test_the_checkpoint_tracker_is_verls_own_file():
     from verl.utils.checkpoint.checkpoint_manager import get_checkpoint_tracker_filename
 
     assert get_checkpoint_tracker_filename("/runs/a") == f"/runs/a/{artifacts.CHECKPOINT_TRACKER}"
+
+
+@pytest.mark.parametrize("outcome", ["ok", "fail"])
+def test_the_job_log_shows_what_the_local_terminal_shows(tmp_path, outcome):
+    """What `ray job logs` holds is the entry's output: the driver's terminal lines (step lines, the resume point, a
+    failure's cause, the full log's path) and none of the chatter, which is in the run's log on the cluster."""
+    run_dir = tmp_path / "run"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl_ext.launch.entry",
+            "--run-dir",
+            str(run_dir),
+            "--module",
+            "tests.launch.fake_terminal_recipe",
+            "--",
+            f"exit={outcome}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=job.PROJECT_ROOT,
+        timeout=120,
+        env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"},
+    )  # no cluster: watch off
+    job_log = r.stdout + r.stderr
+    assert (r.returncode == 0) == (outcome == "ok"), job_log
+    shown = [line for line in job_log.splitlines() if not artifacts.is_artifact_line(line)]
+    assert f"[verl_ext] full log: {run_dir / 'run.log'}" in shown
+    assert any(line.startswith(f"[verl_ext] resumed from {run_dir}/global_step_2 at step 2") for line in shown)
+    assert "step  3/4 | reward 0.500 | 1.0 s" in shown, "a worker's step line, Ray's prefix taken off"
+    assert "step  4/4 | reward 0.750 | 1.0 s" in shown
+    assert "chatter" not in job_log
+    if outcome == "fail":
+        assert any("run failed" in line and "RuntimeError: rollout server died" in line for line in shown), shown
+    else:
+        assert "[verl_ext] validation accuracy 0.2 -> 0.4" in shown
+    full = (run_dir / "run.log").read_text()
+    for text in ("early chatter", "Setting global step to 2", "(TaskRunner pid=17) step  3/4"):
+        assert text in full

@@ -6,10 +6,13 @@ with its own CPU and (pretend) GPU resources, for tests and for trying cluster j
         c.kill_node(1)    # SIGKILL a worker node's whole process group: what a lost machine looks like to Ray
 
 Every node is a separate raylet (own node id, own temp dir `<temp_dir>/n<i>`) in its own process group, so killing
-one takes its raylet, object store and every worker process on it, and nothing else. Ports that Ray fixes by default
-on a host (the dashboard agent's, the Ray client server's, ...) are picked free per node, so the nodes can share
-127.0.0.1 with each other and with other Ray sessions on the machine. The nodes' PATH starts with this Python's bin
-directory, so a job's `python` is this environment's.
+one takes its raylet, object store and every worker process on it, and nothing else. Every port a node listens on
+(the GCS, dashboard, node manager, object manager, dashboard agent, metrics, runtime-env agent and client server) is
+set explicitly from a `PortPool`, so the nodes can share 127.0.0.1 with each other and with other Ray sessions on
+the machine: ports left to Ray come from the kernel's ephemeral range, and a port picked by binding port 0 and
+releasing it came from there too, so two picks (or a pick and one of Ray's own) could meet ("Ray component
+dashboard_agent_http is trying to use a port number ... that is used by other components"). The nodes' PATH starts
+with this Python's bin directory, so a job's `python` is this environment's.
 
 The cluster keeps its session files under `temp_dir` and not under /tmp/ray: Ray's `ray.init()` without an address
 connects to the cluster whose address is in `<default temp dir>/ray_current_cluster`, so a cluster started with the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,11 +35,61 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+# Ray's workers bind ports 10002-19999 by default (`--min-worker-port`, `--max-worker-port`); the kernel's ephemeral
+# range (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 on Linux) serves every port 0 bind. A node's fixed
+# ports come from between the two, where nothing on the machine is handed a port it did not ask for.
+PORT_RANGE = (20000, 32768)
 
-def free_port() -> int:
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+class PortPool:
+    """Distinct free ports for one cluster's nodes: never one given out twice, never one in the kernel's ephemeral
+    range (where Ray's own port-0 binds land) or in Ray's worker range. Each port is checked free by binding it; the
+    scan starts at a random offset, so two clusters started side by side rarely probe the same ports."""
+
+    def __init__(self, lo: int = PORT_RANGE[0], hi: int = PORT_RANGE[1], seed: int | None = None):
+        eph_lo, eph_hi = _ephemeral_range()
+        self.candidates = [p for p in range(lo, hi) if not eph_lo <= p <= eph_hi]
+        if not self.candidates:
+            raise ValueError(f"no port in [{lo}, {hi}) lies outside the ephemeral range [{eph_lo}, {eph_hi}]")
+        self._next = random.Random(seed).randrange(len(self.candidates))
+        self.given: set[int] = set()
+
+    def take(self) -> int:
+        for _ in range(len(self.candidates)):
+            port = self.candidates[self._next]
+            self._next = (self._next + 1) % len(self.candidates)
+            if port not in self.given and _bindable(port):
+                self.given.add(port)
+                return port
+        raise RuntimeError(f"no free port left in {len(self.candidates)} candidates")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# the ports every node listens on besides the head's GCS, dashboard and client server (`ray start --help`)
+NODE_PORT_FLAGS = (
+    "node-manager-port",
+    "object-manager-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
 
 
 @dataclass
@@ -73,8 +127,9 @@ class LocalCluster:
         self.env.setdefault("RAY_AUTH_MODE", "disabled")
         self.resources = dict(resources or {})
         self.start_timeout_s = start_timeout_s
-        self.gcs_port = free_port()
-        self.dashboard_port = free_port()
+        self.ports = PortPool()
+        self.gcs_port = self.ports.take()
+        self.dashboard_port = self.ports.take()
         self.nodes: list[NodeProcess] = []
 
     @property
@@ -89,7 +144,8 @@ class LocalCluster:
         ray_bin = Path(sys.executable).with_name("ray")
         return str(ray_bin) if ray_bin.exists() else "ray"
 
-    def _start_node(self, index: int) -> NodeProcess:
+    def _node_command(self, index: int) -> list[str]:
+        """`ray start` for node `index` (0: the head), every port it listens on taken from the pool."""
         cmd = [
             self._ray(),
             "start",
@@ -99,9 +155,7 @@ class LocalCluster:
             f"--num-cpus={self.cpus}",
             f"--num-gpus={self.gpus}",
             f"--temp-dir={self.temp_dir / f'n{index}'}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
+            *(f"--{flag}={self.ports.take()}" for flag in NODE_PORT_FLAGS),
         ]
         if self.resources:
             cmd.append(f"--resources={json.dumps(self.resources)}")
@@ -112,10 +166,14 @@ class LocalCluster:
                 "--include-dashboard=true",
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port()}",
+                f"--ray-client-server-port={self.ports.take()}",
             ]
         else:
             cmd += [f"--address={self.gcs_address}"]
+        return cmd
+
+    def _start_node(self, index: int) -> NodeProcess:
+        cmd = self._node_command(index)
         log_path = self.temp_dir / f"node{index}.log"
         with open(log_path, "a") as log:
             # Own session (process group): kill_node takes this node's raylet and workers, nothing else.
