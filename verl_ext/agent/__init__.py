@@ -11,6 +11,8 @@ package is its verl side, which starts it, runs the agents against it and trains
   (pure; the one module the gateway imports from here: its `Round` record);
 - `episode`: trained or dropped (with a counted reason); staleness of an episode and its bound;
 - `agent_process`: one episode = one run of the agent command (or one pool worker's turn) on its own session;
+- `fork_launch` / `forkserver`: `launch=fork`, episodes forked from a per-worker server that preloaded the agent's
+  imports (the server is `forkserver`, standard library only);
 - `gateway_owner`: one gateway per agent-loop worker's event loop, started on first use and stopped by its owner;
 - `external_loop`: the `external_agent` verl agent loop (one gateway per agent-loop worker);
 - `trainer`: dropped episodes out of their groups, counts, staleness, the async run-ahead mode;

@@ -11,8 +11,12 @@ The agent gets its session through environment variables only, so an unchanged O
     AGENT_EPISODE_ID <episode_id>
     AGENT_TASK       the dataset row as JSON: {"prompt", "reward_model", "extra_info", "data_source"}
 
-plus `external_agent.env`. The process runs in its own process group: a timeout (or shutdown) kills the agent and
-any children it started.
+plus `external_agent.env`. The agent runs in its own session and process group: when it exits, times out or the
+episode is cancelled (shutdown), the group is killed, so nothing it started outlives its episode.
+
+How it is started (`external_agent.launch`): `fork` (default) forks it from a fork server that imported the agent's
+libraries once (`verl_ext.agent.fork_launch`, `verl_ext.agent.forkserver`), falling back to a process per episode
+where fork cannot apply; `process` starts `external_agent.command` as a new process per episode (`run_agent`).
 
 Pool mode (`external_agent.launch=pool`): no process per episode; long-running agent workers (started by the user,
 any number) poll `GET <gateway>/tasks/next` and get `{"episode_id", "task", "base_url", "score_url"}`; the episode
@@ -30,33 +34,64 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl_ext.agent.episode import Outcome, decide
+from verl_ext.agent.fork_launch import LAUNCHERS
+from verl_ext.agent.forkserver import STDERR_GRACE_S, STDERR_TAIL
 from verl_ext.agent.gateway.core import Session
 from verl_ext.agent.gateway.server import Gateway
 from verl_ext.agent.settings import AgentSettings
 
 
 async def run_agent(command: tuple[str, ...], env: dict[str, str], timeout_s: float) -> tuple[int | None, bool, str]:
-    """Run the agent to completion or timeout: (exit code or None, timed out, last 2 kB of its stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        *command,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,  # its own group: a timeout kills its children too
-    )
+    """Run the agent as a new process to completion or timeout: (exit code or None, timed out, last 2 kB of its
+    stderr). The episode ends when the agent exits; then its process group is killed (whatever it left running)."""
+    # stderr through a pipe of our own, not asyncio's: asyncio's `wait()` also waits for its pipes to close, which a
+    # grandchild holding stderr would delay to the timeout
+    r, w = os.pipe()
     try:
-        _, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-        return proc.returncode, False, err.decode(errors="replace")[-2048:]
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=w,
+            start_new_session=True,  # its own group: a timeout kills its children too
+        )
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    stream = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(r, "rb", buffering=0)
+    )
+    tail = bytearray()
+
+    async def read_stderr():
+        while chunk := await stream.read(1 << 16):
+            tail.extend(chunk)
+            del tail[:-STDERR_TAIL]
+
+    reader = asyncio.create_task(read_stderr())
+    timed_out = False
+    try:
+        await asyncio.wait_for(proc.wait(), timeout_s)
     except TimeoutError:
-        return proc.returncode, True, ""
-    finally:  # also on cancellation (shutdown): never leave an agent running
+        timed_out = True
+    finally:  # also on cancellation (shutdown): never leave an agent, or anything it started, running
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         if proc.returncode is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             await proc.wait()
+        # the group is dead, so the pipe closes at once (unless a process that left the group holds it)
+        await asyncio.wait([reader], timeout=STDERR_GRACE_S)
+        reader.cancel()
+        transport.close()
+    if timed_out:
+        return None, True, ""
+    return proc.returncode, False, tail.decode(errors="replace")[-STDERR_TAIL:]
 
 
 async def wait_for_pool_worker(gateway: Gateway, session: Session, task: dict[str, Any], timeout_s: float):
@@ -110,9 +145,11 @@ async def run_episode(
         if settings.launch == "pool":
             exit_code, timed_out, stderr = await wait_for_pool_worker(gateway, session, task, settings.timeout_s)
         else:
-            exit_code, timed_out, stderr = await run_agent(
-                settings.command, agent_env(settings, gateway, eid, task), settings.timeout_s
-            )
+            env = agent_env(settings, gateway, eid, task)
+            ran = None
+            if settings.launch == "fork":  # None: this command (or this episode) runs as a process
+                ran = await LAUNCHERS.get(settings.command, settings.env).run(env, settings.timeout_s)
+            exit_code, timed_out, stderr = ran or await run_agent(settings.command, env, settings.timeout_s)
     finally:
         session = gateway.close_session(eid)
     outcome = decide(

@@ -20,7 +20,7 @@ from verl_ext.config.settings import read_settings, set_fields
 
 AGENT_LOOP_NAME = "external_agent"
 MODES = ("sync", "async")
-LAUNCHES = ("process", "pool")
+LAUNCHES = ("fork", "process", "pool")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class AgentSettings:
     """The block's keys and their defaults (the one place they are set), normalised and checked on construction:
     `from_mapping` reads a run's block, ConfigError naming the key."""
 
-    command: tuple[str, ...] = ()  # a command line (string or list); none with launch=pool
+    command: tuple[str, ...] = ()  # a command line (string or list), run once per episode; none with launch=pool
     host: str = DEFAULT_HOST
     port: int = 0
     timeout_s: float = 120.0
@@ -41,7 +41,10 @@ class AgentSettings:
     transcripts: str | None = None  # a directory: each episode's messages and trained ids (`transcript`)
     mode: str = "sync"
     max_staleness: int = 1
-    launch: str = "process"
+    # fork: each episode forked from a fork server that imported the agent's libraries once (a process per episode
+    # where the command is not `python script.py` / `python -m mod`); process: a new process per episode; pool: the
+    # user's workers poll /tasks/next (verl_ext.agent.fork_launch, docs/AGENT.md)
+    launch: str = "fork"
     tool_parser: str = "hermes"
     reasoning_parser: str = "none"
 
@@ -102,7 +105,7 @@ class AgentSettings:
         if self.launch == "pool" and self.api_key is None:
             raise ConfigError(
                 "external_agent.launch=pool needs an explicit external_agent.api_key: the workers you start "
-                "must know it (process-mode agents get the random per-run key in OPENAI_API_KEY)"
+                "must know it (the agents the trainer starts get the random per-run key in OPENAI_API_KEY)"
             )
         if not 0 <= self.port < 65536:
             raise ConfigError(f"external_agent.port must be 0 (any free port) or a port number, got {self.port}")
