@@ -131,26 +131,18 @@ def test_cli_rejects_a_bad_request_without_contacting_a_cluster():
     assert "Could not override 'trainer.no_such_key'" in r.stderr
 
 
+def _entry(run_dir, module: str, *overrides: str) -> subprocess.CompletedProcess:
+    """The cluster job's entrypoint run here, as the job supervisor runs it, with no cluster (the node watch off)."""
+    cmd = [sys.executable, "-m", "verl_ext.launch.entry", "--run-dir", str(run_dir), "--module", module, "--"]
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}
+    return subprocess.run(
+        [*cmd, *overrides], capture_output=True, text=True, cwd=job.PROJECT_ROOT, timeout=120, env=env
+    )
+
+
 @pytest.mark.parametrize("code", [0, 7])
 def test_entry_passes_the_exit_code_through_and_attaches_the_outputs(tmp_path, code):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl_ext.launch.entry",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--module",
-            "tests.launch.fake_recipe",
-            "--",
-            f"exit={code}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=job.PROJECT_ROOT,
-        timeout=120,
-        env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"},
-    )  # no cluster: watch off
+    r = _entry(tmp_path / "run", "tests.launch.fake_recipe", f"exit={code}")
     assert r.returncode == code, r.stderr
     names = artifacts.unpack(r.stdout, tmp_path / "local")
     assert names == ["config.yaml", "metrics.jsonl", "overrides.yaml"]
@@ -169,24 +161,7 @@ def test_the_job_log_shows_what_the_local_terminal_shows(tmp_path, outcome):
     """What `ray job logs` holds is the entry's output: the driver's terminal lines (step lines, the resume point, a
     failure's cause, the full log's path) and none of the chatter, which is in the run's log on the cluster."""
     run_dir = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl_ext.launch.entry",
-            "--run-dir",
-            str(run_dir),
-            "--module",
-            "tests.launch.fake_terminal_recipe",
-            "--",
-            f"exit={outcome}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=job.PROJECT_ROOT,
-        timeout=120,
-        env={**os.environ, "RAY_ADDRESS": "127.0.0.1:9"},
-    )  # no cluster: watch off
+    r = _entry(run_dir, "tests.launch.fake_terminal_recipe", f"exit={outcome}")
     job_log = r.stdout + r.stderr
     assert (r.returncode == 0) == (outcome == "ok"), job_log
     shown = [line for line in job_log.splitlines() if not artifacts.is_artifact_line(line)]
