@@ -105,8 +105,8 @@ def test_a_failed_run_shows_its_cause_and_the_log_and_keeps_the_traceback_in_the
     r = _drive(tmp_path, "fail")
     log = tmp_path / "run" / LOG_NAME
     assert r.returncode == 1
-    assert r.stderr.splitlines() == [
-        "[verl_ext] run failed: ValueError: the reward function broke (from a worker)",
+    assert r.stderr.splitlines() == [  # after the run's last step line (a Terminal given no resume mode)
+        "[verl_ext] run failed after step 2/2: ValueError: the reward function broke (from a worker)",
         f"[verl_ext] full log: {log}",
     ]
     assert "Traceback" not in r.stdout + r.stderr
@@ -174,10 +174,11 @@ def test_a_run_that_fails_inside_ray_shows_the_cause_and_the_log_within_a_few_li
     lines = r.stdout.splitlines()
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert lines[0] == f"[verl_ext] full log: {run_dir / LOG_NAME}"
-    # after the plan, the one phase that completed; then on stderr the cause and the log, nothing else
+    # after the plan, the one phase that completed; then on stderr the cause, where a resume starts and the log
     assert lines[-1].startswith("[verl_ext] Ray started, task runner up"), lines[-5:]
     assert r.stderr.splitlines() == [
         "[verl_ext] run failed: RuntimeError: the training data could not be read (the test's failing dataset)",
+        "[verl_ext] resume is off (trainer.resume_mode=disable): a rerun starts from step 0",  # cpu_demo's setting
         f"[verl_ext] full log: {run_dir / LOG_NAME}",
     ]
     assert "Traceback" not in r.stdout + r.stderr

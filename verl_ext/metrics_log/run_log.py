@@ -12,9 +12,10 @@ fixed points of its loop (verl_ext/trainer/ppo_trainer.py).
 - the validation accuracy of the run's first and latest evaluation, for the closing summary;
 - with `trainer.plot_keys`, the log's curves as `<log stem>.png` next to it when the run ends (plot.py).
 
-`close` returns the closing lines (the summary, or where the curves are) instead of printing them: the trainer runs
-inside a Ray actor, and Ray's log forwarding can drop an actor's last lines at shutdown, so they travel back to the
-driver process as the task's result and are printed there (verl_ext/trainer/launch.py).
+`close` returns the closing lines (the summary, or where the curves are; none for a failed run, whose closing lines
+the trainer writes: metrics_log/failure.py) instead of printing them: the trainer runs inside a Ray actor, and Ray's
+log forwarding can drop an actor's last lines at shutdown, so they travel back to the driver process as the task's
+result and are printed there (verl_ext/trainer/launch.py).
 """
 
 from __future__ import annotations
@@ -142,15 +143,18 @@ class RunLog:
         self.writer.log(row["step"], metrics)
 
     # ------------------------------------------------------------------ the run's end
-    def close(self, plot: bool) -> list[str]:
+    def close(self, plot: bool, failed: bool = False) -> list[str]:
         """Close the progress bar and the log, draw the curves if `plot` (and `trainer.plot_keys`), and return the
         closing lines: with `compact` the summary (validation accuracy first -> last against the baseline, the log,
-        the curves), else the curves' path if drawn."""
+        the curves), else the curves' path if drawn. A `failed` run has no summary (its accuracy "first -> last" would
+        read as a finished run's) and no curves: its closing lines are the trainer's failure lines (failure.py)."""
         if self._progress is not None:
             self._progress.close()
             self._progress = None
         if self.writer is not None:
             self.writer.close()
+        if failed:
+            return []
         plot_path = self.plot() if plot and self.plot_keys else None
         if self.compact:
             summary = run_summary(self._val_first, self._val_last, self.val_baseline, self.jsonl_path, plot_path)

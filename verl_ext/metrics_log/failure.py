@@ -1,0 +1,89 @@
+"""What a failed run says, in the terminal and as a failed trainer's closing lines: that it failed, where (the step it
+was at), why (one line), and where a resume starts (the latest checkpoint) -- never the summary of a finished run.
+
+    [verl_ext] run failed at step 5/20: EngineDeadError: the engine core died
+    [verl_ext] a resume (trainer.resume_mode=auto) starts from outputs/demo/global_step_4
+
+The trainer knows the step and the checkpoints (verl_ext/trainer/ppo_trainer.py, `_close_run`); the driver's terminal
+(terminal.py) prints the same lines itself when the trainer's never reached it (a failure before the trainer was
+built, or lines Ray's log forwarding dropped), from the last step line it passed on and the run's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+PREFIX = "[verl_ext]"
+FAILED = f"{PREFIX} run failed"  # how every failure line starts
+TRACKER_FILE = "latest_checkpointed_iteration.txt"  # verl's: the step of the run's latest complete checkpoint
+RESUME_MODES = ("auto", "disable", "resume_path")  # verl 0.9.1's trainer.resume_mode
+
+
+def failure_cause(exc: BaseException) -> str:
+    """One line saying why a run failed: the innermost `Error: message` line of a (remote) traceback."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b.*", line):
+            return line
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def failed_line(cause: str, where: str = "") -> str:
+    """`[verl_ext] run failed at step 5/20: <cause>`; `where` says at which step ("at step 5/20", "before step 1/20"),
+    empty when unknown."""
+    return f"{FAILED}{' ' + where if where else ''}: {cause}"
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> str | None:
+    """The run's latest complete checkpoint, as verl's `find_latest_ckpt_path` finds it: `<run_dir>/global_step_<N>`,
+    N read from verl's tracker file (written last, after the checkpoint); None without one."""
+    tracker = Path(run_dir) / TRACKER_FILE
+    try:
+        step = int(tracker.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    folder = os.path.join(os.fspath(run_dir), f"global_step_{step}")
+    return folder if os.path.isdir(folder) else None
+
+
+def resume_line(resume_mode: str, run_dir: str | os.PathLike, resume_from_path: str | None = None) -> str:
+    """Where the run would start again with the same command: `trainer.resume_mode=auto` from the latest checkpoint
+    under `run_dir` (step 0 without one), `resume_path` from `resume_from_path`, `disable` from step 0."""
+    latest = latest_checkpoint(run_dir)
+    if resume_mode == "disable":
+        also = f" (latest checkpoint: {latest})" if latest else ""
+        return f"{PREFIX} resume is off (trainer.resume_mode=disable): a rerun starts from step 0{also}"
+    if resume_mode == "resume_path":
+        also = f"; the latest checkpoint is {latest}" if latest and latest != resume_from_path else ""
+        return f"{PREFIX} a resume (trainer.resume_mode=resume_path) starts from {resume_from_path}{also}"
+    if latest is None:
+        return f"{PREFIX} no checkpoint yet: a resume starts from step 0"
+    return f"{PREFIX} a resume (trainer.resume_mode={resume_mode}) starts from {latest}"
+
+
+_STEP = re.compile(r"^step +(\d+)/(\d+)\b")
+
+
+def step_of(user_line: str) -> tuple[int, int] | None:
+    """(step, total) of a step line as the terminal shows it (`step  4/20 | ...`; step 0 is the validation before
+    training), else None."""
+    m = _STEP.match(user_line)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def where_after(last_step: tuple[int, int] | None) -> str:
+    """At which step a run failed, from the last step line it printed: the next one (`at step 5/20` after step 4's
+    line), `after step 20/20` after the last one, "" when it printed none."""
+    if last_step is None:
+        return ""
+    step, total = last_step
+    return f"after step {step}/{total}" if step >= total else f"at step {step + 1}/{total}"
+
+
+def is_resume_line(line: str) -> bool:
+    """A line of `resume_line`'s."""
+    return line.startswith((f"{PREFIX} a resume ", f"{PREFIX} no checkpoint yet", f"{PREFIX} resume is off"))
