@@ -88,7 +88,9 @@ def drive(what: str, config: DictConfig, check: Callable, task_runner_class=None
     """A recipe driver's whole run: the pre-flight gate (`check`: the recipe's settings, then `preflight`; the plan),
     then the run, inside the terminal that shows the user lines and keeps everything else in the run's log
     (`<trainer.default_local_dir>/run.log`). With `+check_only=true` (nothing starts) or `VERL_EXT_VERBOSE=1`, plain
-    printing and no log file. First, verl's `auto_set_device` points `trainer.device` at the accelerator found here."""
+    printing and no log file. First, verl's `auto_set_device` points `trainer.device` at the accelerator found here.
+    A run that fails ends with where and why it failed and where a resume starts (metrics_log/failure.py): the
+    trainer's closing lines when they came through, else the terminal's own (docs/FAULTS.md)."""
     from verl.utils.device import auto_set_device
 
     from verl_ext.config.preflight import gate
@@ -97,7 +99,14 @@ def drive(what: str, config: DictConfig, check: Callable, task_runner_class=None
 
     auto_set_device(config)
     run_dir = OmegaConf.select(config, "trainer.default_local_dir") or "outputs"
-    with Terminal(run_dir, enabled=CHECK_ONLY_KEY not in config) as terminal:
+    # a failed training run says where a resume starts (not the probe's or a val_only run's: they train nothing)
+    trains = what != "probe" and not OmegaConf.select(config, "trainer.val_only", default=False)
+    resume_mode = OmegaConf.select(config, "trainer.resume_mode", default="auto") if trains else None
+    resume_from_path = OmegaConf.select(config, "trainer.resume_from_path", default=None)
+    terminal = Terminal(
+        run_dir, enabled=CHECK_ONLY_KEY not in config, resume_mode=resume_mode, resume_from_path=resume_from_path
+    )
+    with terminal:
         if gate(what, config, check, show=terminal.show, error=terminal.error):
             run(config, task_runner_class, show=terminal.show)
 

@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +73,7 @@ from verl.utils.skip.skip_manager import SkipManager
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.config.preflight.config_checks import check_pass_at_k
 from verl_ext.metrics_log.console import ALL_SOURCES
+from verl_ext.metrics_log.failure import failed_line, failure_cause, resume_line
 from verl_ext.metrics_log.run_log import RunLog
 from verl_ext.metrics_log.terminal import phase
 from verl_ext.shared_prefix import FLAG as SHARED_PREFIX_FLAG
@@ -243,6 +244,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             print(f"[verl_ext] warning: no {EXTRA_STATE_FILE} beside the checkpoint; extension state starts fresh")
         if folder:
             self.on_resume(folder)
+        # the resume point, on the terminal and in a cluster job's log (the user's only view of a job)
+        phase(f"resumed from {folder or 'the checkpoint'} at step {self.global_steps}")
 
     def on_resume(self, folder: str) -> None:
         """Hook: after a resumed run loaded the checkpoint in `folder` (verl's state and `load_extra_state_dict`)."""
@@ -492,35 +495,44 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             self.on_run_end()
 
     def _fit(self):
+        """The run: its start (`_start_run`, `_first_validation`), then the training loop. Whatever happens in any of
+        them, the run log closes (`_close_run`): with the curves and the summary when the run finished, with where
+        and why it failed and where a resume starts when it did not."""
         val_only = bool(self.config.trainer.get("val_only", False))
-        self._start_run(val_only)
-        self._first_validation(val_only)
-        if val_only:
-            self._close_run(plot=False)
-            return
+        self._in_loop = False
+        try:
+            self._start_run(val_only)
+            self._first_validation(val_only)
+            if not val_only:
+                self._train()
+        except BaseException as exc:
+            self._close_run(plot=False, failure=exc)
+            raise
+        self._close_run(plot=not val_only)
+
+    def _train(self) -> None:
+        """The training loop, from the step after the checkpoint's to the last or until the data runs out."""
         self.run_log.start_progress(self.global_steps)
         self.clock.start()  # the whole loop (generation included) counts as training time
         self.global_steps += 1
+        self._in_loop = True
         first_step = self.global_steps
-        try:
-            if self.global_steps > self.total_training_steps:
+        if self.global_steps > self.total_training_steps:
+            return
+        batches = self.training_batches()
+        while True:
+            is_last = self.global_steps >= self.total_training_steps
+            started = self._start_step(batches, first_step)
+            if started is None:
+                return  # the data ran out
+            batch, metrics, timing_raw = started
+            batch = self._run_step(batch, metrics, timing_raw, is_last)
+            seconds = self.clock.lap()  # since the previous row (a checkpoint save also reads the clock)
+            metrics.update(self._timing_metrics(batch, timing_raw))
+            self.run_log.step(self.global_steps, metrics, seconds)
+            if is_last:
                 return
-            batches = self.training_batches()
-            while True:
-                is_last = self.global_steps >= self.total_training_steps
-                started = self._start_step(batches, first_step)
-                if started is None:
-                    return  # the data ran out
-                batch, metrics, timing_raw = started
-                batch = self._run_step(batch, metrics, timing_raw, is_last)
-                seconds = self.clock.lap()  # since the previous row (a checkpoint save also reads the clock)
-                metrics.update(self._timing_metrics(batch, timing_raw))
-                self.run_log.step(self.global_steps, metrics, seconds)
-                if is_last:
-                    return
-                self._end_step(batch)
-        finally:
-            self._close_run(plot=sys.exc_info()[0] is None)
+            self._end_step(batch)
 
     def _start_run(self, val_only: bool) -> None:
         """Everything before the first step: the tracker, the checkpoint to resume from, the rollout's weights,
@@ -653,12 +665,44 @@ class ExtRayPPOTrainer(RayPPOTrainer):
             metrics.update({k: v for k, v in overall.items() if f"/{ALL_SOURCES}/" in k})
         return metrics
 
-    def _close_run(self, plot: bool) -> None:
+    def _close_run(self, plot: bool, failure: BaseException | None = None) -> None:
         """The run's end: verl's asynchronous saves and rollout dumps finish, the run log closes (the curves drawn if
-        `plot`), and its closing lines are kept for the driver (`closing_lines`)."""
-        self._finalize_async_calls(blocking=True)
-        self._shutdown_dump_executor()
-        self.closing_lines = self.run_log.close(plot=plot)
+        `plot`), and its closing lines are kept for the driver (`closing_lines`). The run log closes whatever fails
+        before (an error finishing the saves or dumps is printed to the log, and raised if the run had not failed).
+        A failed run's closing lines say where and why it failed and where a resume starts, never the finished run's
+        summary; an error while closing then goes to the log only: the run's first error is the one that
+        propagates."""
+        error: Exception | None = None
+        for finish in (lambda: self._finalize_async_calls(blocking=True), self._shutdown_dump_executor):
+            try:
+                finish()
+            except Exception as e:  # noqa: BLE001 -- the run log must close; printed here, raised below
+                traceback.print_exc()
+                error = error or e
+        failed = failure or error
+        try:
+            lines = self.run_log.close(plot=plot and failed is None, failed=failed is not None)
+        except Exception:
+            if failed is None:
+                raise
+            traceback.print_exc()
+            lines = []
+        self.closing_lines = lines if failed is None else self._failure_lines(failed)
+        if error is not None and failure is None:
+            raise error
+
+    def _failure_lines(self, failure: BaseException) -> list[str]:
+        """`[verl_ext] run failed at step 5/20: <cause>` (`before step N/T` when the loop had not begun: the start,
+        a resume or the validation before training) and the line saying where a resume starts."""
+        total = self.total_training_steps
+        where = (
+            f"at step {self.global_steps}/{total}" if self._in_loop else f"before step {self.global_steps + 1}/{total}"
+        )
+        trainer = self.config.trainer
+        root = trainer.default_local_dir
+        run_dir = root if os.path.isabs(root) else os.path.join(os.getcwd(), root)  # as verl's resume finds it
+        resume = resume_line(trainer.get("resume_mode", "auto"), run_dir, trainer.get("resume_from_path"))
+        return [failed_line(failure_cause(failure), where), resume]
 
     def _batch_metrics(self, batch: DataProto, metrics: dict) -> dict:
         """The step's metrics known once its update is done (all but the times)."""
