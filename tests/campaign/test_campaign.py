@@ -118,10 +118,11 @@ FAKE_ENTRY = textwrap.dedent("""
     import sys
     from pathlib import Path
     from verl_ext.metrics_log import JsonlMetricsWriter
+    from verl_ext.metrics_log.failure import failed_line
     args = dict(a.split("=", 1) for a in sys.argv[1:])
     print("[verl_ext] Ray started, task runner up (3 s)")
     if args.get("fail") == "yes":
-        print("[verl_ext] run failed: ValueError: the reward function broke", file=sys.stderr)
+        print(failed_line("ValueError: the reward function broke", "at step 1/3"), file=sys.stderr)
         sys.exit(3)
     w = JsonlMetricsWriter(args["trainer.jsonl_metrics_path"])
     for step in range(1, 4):

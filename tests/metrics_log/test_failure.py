@@ -59,3 +59,15 @@ def test_step_lines_and_failure_lines():
         == "[verl_ext] run failed at step 5/20: EngineDeadError: gone"
     )
     assert failed_line("ValueError: x") == "[verl_ext] run failed: ValueError: x"
+
+
+def test_a_failure_line_gives_back_its_cause_and_no_other_line_does():
+    from verl_ext.metrics_log.failure import failed_cause, failed_line
+
+    for where in ("", "at step 5/20", "before step 1/20", "after step 20/20"):
+        assert failed_cause(failed_line("EngineDeadError: the engine core died", where)) == (
+            "EngineDeadError: the engine core died"
+        )
+    assert failed_cause("[verl_ext] run failed: ValueError: x\n") == "ValueError: x"
+    for other in ("step  5/20 | reward 0.5", "[verl_ext] a resume (trainer.resume_mode=auto) starts from x", ""):
+        assert failed_cause(other) is None

@@ -13,12 +13,12 @@ from pathlib import Path
 from verl_ext.campaign.spec import CampaignSpec, RunPlan, done_seconds, is_done, mark_done
 from verl_ext.launch.artifacts import CHECKPOINT_TRACKER, METRICS_FILE
 from verl_ext.launch.local_run import driver_command, run_driver
+from verl_ext.metrics_log.failure import failed_cause
 from verl_ext.metrics_log.jsonl import read_jsonl
 from verl_ext.metrics_log.plot import plot_runs
 
 CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
 _STEP_LINE = re.compile(r"^step +\d+/\d+ \|")  # a driver's line per training step (metrics_log/console.py)
-_FAILED = "[verl_ext] run failed: "  # a driver's line naming why it stopped (metrics_log/terminal.py)
 
 
 class RunProgress:
@@ -33,8 +33,8 @@ class RunProgress:
         text = line.rstrip("\n")
         if _STEP_LINE.match(text):
             print(f"{self.tag}: {text}", flush=True)
-        elif text.startswith(_FAILED):
-            self.cause = text.removeprefix(_FAILED)
+        elif (cause := failed_cause(text)) is not None:
+            self.cause = cause
 
 
 def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -> list[str]:

@@ -38,6 +38,16 @@ def failed_line(cause: str, where: str = "") -> str:
     return f"{FAILED}{' ' + where if where else ''}: {cause}"
 
 
+_FAILED_LINE = re.compile(re.escape(FAILED) + r"(?: (?:at|before|after) step \d+/\d+)?: (?P<cause>.*)$")
+
+
+def failed_cause(line: str) -> str | None:
+    """The cause a `failed_line` names (`EngineDeadError: ...`), or None for any other line: how a reader of a run's
+    terminal output (the campaign runner) tells why it stopped."""
+    m = _FAILED_LINE.match(line.rstrip("\r\n"))
+    return m.group("cause") if m else None
+
+
 def latest_checkpoint(run_dir: str | os.PathLike) -> str | None:
     """The run's latest complete checkpoint, as verl's `find_latest_ckpt_path` finds it: `<run_dir>/global_step_<N>`,
     N read from verl's tracker file (written last, after the checkpoint); None without one."""
