@@ -43,27 +43,12 @@ def shape(answer: str) -> str:
 
 def model_dir(spec: str, scratch: Path) -> tuple[str, Path]:
     """(name, Hugging Face directory) of one `released` / NAME=DIR argument; a verl actor checkpoint is exported."""
-    if spec == "released":
-        from verl_ext.pretrained.smollm2 import ensure_smollm2
-
-        return "released", ensure_smollm2()
-    name, sep, path = spec.partition("=")
-    if not sep or not name or not path:
-        raise SystemExit(f"[answers] a model is `released` or NAME=DIR, got {spec!r}")
-    path = Path(path)
-    if (path / "config.json").is_file():
-        return name, path
-    from verl_ext.pretrained.export import ExportError, export_actor, shard_files
+    from verl_ext.pretrained.export import ExportError, model_directory
 
     try:
-        shard_files(path)
-    except (ExportError, OSError) as e:
-        raise SystemExit(
-            f"[answers] {name}: {path} is neither a Hugging Face directory (no config.json) nor a verl actor"
-            f" checkpoint ({e})"
-        ) from None
-    say(f"{name}: exporting the actor checkpoint {path}")
-    return name, export_actor(path, scratch / name)
+        return model_directory(spec, scratch, log=say)
+    except ExportError as e:
+        raise SystemExit(f"[answers] {e}") from None
 
 
 def load_questions(data: Path | None, n: int) -> list[dict]:

@@ -254,6 +254,16 @@ def test_the_plan_of_the_demo_preset(tiny_assets):
     assert "mode='fast'" in plan.settings
 
 
+def test_the_heldout_set_is_checked_like_the_data(tiny_assets, tmp_path):
+    """`trainer.heldout.files` (the large held-out evaluation) is read before Ray starts, as data.val_files is."""
+    with pytest.raises(ConfigError, match=r"trainer.heldout.files: '.*missing.parquet' does not exist"):
+        _check("fast_dapo", [f"+trainer.heldout.files={tmp_path / 'missing.parquet'}"])
+    with pytest.raises(ConfigError, match=r"trainer.heldout: at: \['middle'\] not among"):
+        _check("fast_dapo", [f"+trainer.heldout.files={tiny_assets.val_file}", "+trainer.heldout.at=[middle]"])
+    plan = _check("fast_dapo", [f"+trainer.heldout.files={tiny_assets.val_file}"])
+    assert {d.key: d.rows for d in plan.data}["trainer.heldout.files"] == 100
+
+
 # ------------------------------------------------------------------------------------------------- agent driver
 def _agent(tiny_assets, tmp_path, *extra):
     from verl_ext.agent.main import agent_check, prepare

@@ -122,3 +122,20 @@ def test_mathgen_resolver_takes_a_mix_and_a_validation_size():
     )
     assert [i["question"] for i in train_small["extra_info"]] == [i["question"] for i in train_default["extra_info"]]
     assert 0 < _mathgen("baseline", "steps", 64) < 1
+
+
+def test_mathgen_resolver_names_the_large_held_out_set_of_a_preset():
+    """`${mathgen:heldout,steps,64}`: 1,024 questions, none with the meaning of a training or validation question of
+    that same task (the one `${mathgen:val,steps,64}` and `${mathgen:train,steps,64}` name)."""
+    import pandas as pd
+
+    from verl_ext.mathgen.canonical import meaning_key
+    from verl_ext.trainer.launch import _mathgen
+
+    def meanings(what):
+        rows = pd.read_parquet(_mathgen(what, "steps", 64))
+        return {meaning_key(x["question"]) for x in rows["extra_info"]}
+
+    heldout = pd.read_parquet(_mathgen("heldout", "steps", 64))
+    assert len(heldout) == 1024
+    assert not meanings("heldout") & (meanings("train") | meanings("val"))

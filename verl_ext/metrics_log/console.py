@@ -43,10 +43,12 @@ def is_number(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def val_accuracy(metrics: Mapping) -> float | None:
+def val_accuracy(metrics: Mapping, prefix: str = "val") -> float | None:
     """The step's validation accuracy, if it validated: over all data sources (`VAL_ACC_ALL_PATTERN`) when logged,
-    else the first `val-core/*/acc/mean@n` key in sorted order (a validation set of one data source)."""
-    for pattern in (VAL_ACC_ALL_PATTERN, VAL_ACC_PATTERN):
+    else the first `val-core/*/acc/mean@n` key in sorted order (a validation set of one data source). `prefix`
+    "heldout" reads the large held-out evaluation's keys instead (`heldout-core/...`, verl_ext/trainer/heldout.py)."""
+    patterns = (VAL_ACC_ALL_PATTERN, VAL_ACC_PATTERN)
+    for pattern in (p.replace("val-", f"{prefix}-", 1) for p in patterns):
         for key in sorted(metrics):
             if fnmatch.fnmatchcase(key, pattern) and is_number(metrics[key]):
                 return float(metrics[key])
@@ -61,6 +63,9 @@ def compact_line(step: int, total_steps: int, metrics: Mapping, seconds: float |
     val = val_accuracy(metrics)
     if val is not None:
         parts.append(f"val acc {val:.3f}")
+    held = val_accuracy(metrics, prefix="heldout")  # the large held-out evaluation (first and last step)
+    if held is not None:
+        parts.append(f"held-out acc {held:.3f}")
     if seconds is not None:
         parts.append(f"{seconds:.1f} s")
     return " | ".join(parts)

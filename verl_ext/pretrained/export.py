@@ -133,3 +133,29 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def model_directory(spec: str, scratch: str | Path, log=None) -> tuple[str, Path]:
+    """(name, Hugging Face directory) of a model named on a command line: `released` (SmolLM2-135M-Instruct as
+    released), or NAME=DIR with DIR a Hugging Face directory (an exported teacher, say) or a verl actor checkpoint
+    (`<run>/global_step_N/actor`, exported to `<scratch>/NAME` first, float32). ExportError names a DIR that is
+    neither."""
+    if spec == "released":
+        from verl_ext.pretrained.smollm2 import ensure_smollm2
+
+        return "released", ensure_smollm2()
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise ExportError(f"a model is `released` or NAME=DIR, got {spec!r}")
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return name, path
+    try:
+        shard_files(path)
+    except (ExportError, OSError) as e:
+        raise ExportError(
+            f"{name}: {path} is neither a Hugging Face directory (no config.json) nor a verl actor checkpoint ({e})"
+        ) from None
+    if log:
+        log(f"{name}: exporting the actor checkpoint {path}")
+    return name, export_actor(path, Path(scratch) / name)

@@ -35,17 +35,20 @@ def _smollm2(what: str = "model") -> str:
 
 
 def _mathgen(what: str, mix: str = "all", val_size: int | None = None) -> str | float:
-    """`${mathgen:train|val|root|baseline[,MIX[,VAL_SIZE]]}`: the generated math task at its default parameters, all
-    modules or a named mix (verl_ext.mathgen.task.MIXES), with VAL_SIZE validation questions (default TaskSpec's;
-    the training rows do not depend on it), written on first use; baseline is the best constant answer's accuracy
-    on the validation split."""
-    from verl_ext.mathgen.cache import ensure_task
+    """`${mathgen:train|val|heldout|root|baseline[,MIX[,VAL_SIZE]]}`: the generated math task at its default
+    parameters, all modules or a named mix (verl_ext.mathgen.task.MIXES), with VAL_SIZE validation questions (default
+    TaskSpec's; the training rows do not depend on it), written on first use; heldout is its large held-out set
+    (1,024 questions sharing no meaning with the training or validation ones: trainer.heldout.files); baseline is the
+    best constant answer's accuracy on the validation split."""
+    from verl_ext.mathgen.cache import ensure_large_heldout, ensure_task
     from verl_ext.mathgen.task import TaskSpec, constant_answer_baseline
 
-    choices = ("train", "val", "root", "baseline")
+    choices = ("train", "val", "heldout", "root", "baseline")
     if what not in choices:
         raise ValueError(f"${{mathgen:{what}}}: choose one of {list(choices)}")
     spec = TaskSpec(mix=mix) if val_size is None else TaskSpec(mix=mix, val_size=int(val_size))
+    if what == "heldout":
+        return str(ensure_large_heldout(spec))
     root = ensure_task(spec)
     if what == "baseline":
         return constant_answer_baseline(root / "val.parquet")[1]

@@ -72,6 +72,7 @@ from verl.utils.skip.skip_manager import SkipManager
 
 from verl_ext.advantage import AdvantageConfig, PlanningDetector, SepaController, validate_algorithm_config
 from verl_ext.config.preflight.config_checks import check_pass_at_k
+from verl_ext.config.trainer_settings import read_heldout
 from verl_ext.metrics_log.console import ALL_SOURCES
 from verl_ext.metrics_log.failure import failed_line, failure_cause, resume_line
 from verl_ext.metrics_log.run_log import RunLog
@@ -79,6 +80,7 @@ from verl_ext.metrics_log.terminal import phase
 from verl_ext.shared_prefix import FLAG as SHARED_PREFIX_FLAG
 from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import BASE_FIDELITY, TrainerFidelity, check_fidelity
+from verl_ext.trainer.heldout import HeldoutEval
 from verl_ext.trainer.profiling import ProfileSchedule
 from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
 from verl_ext.trainer.uids import assign_uids
@@ -181,6 +183,8 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         self.resume_epoch = 0
         # responses per held-out prompt for pass@k at the last step and under val_only (sampled_eval.py); 0 = off
         self.pass_at_k = check_pass_at_k(self.config.trainer.get("pass_at_k"))
+        # the large held-out evaluation at the first and last step (`trainer.heldout`, heldout.py); off when unset
+        self.heldout = HeldoutEval(read_heldout(self.config))
 
     def _bypass_loss_for_workers(self) -> None:
         """Rollout-correction bypass mode: give the actor workers verl's `bypass_mode` policy loss and the correction
@@ -554,13 +558,16 @@ class ExtRayPPOTrainer(RayPPOTrainer):
     def _first_validation(self, val_only: bool) -> None:
         """Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint
         too) and stops, whatever val_before_train says."""
-        if not ((self.config.trainer.get("val_before_train", True) and self.global_steps == 0) or val_only):
-            return
-        phase(f"validating on {len(self.val_dataset)} held-out prompts")
-        metrics = self._validate()
-        if val_only:
-            metrics.update(self.held_out_pass_at_k())
-        self.run_log.first_validation(self.global_steps, metrics)
+        fresh, metrics = self.global_steps == 0, {}
+        if (self.config.trainer.get("val_before_train", True) and fresh) or val_only:
+            phase(f"validating on {len(self.val_dataset)} held-out prompts")
+            metrics = self._validate()
+            if val_only:
+                metrics.update(self.held_out_pass_at_k())
+        if (fresh or val_only) and self.heldout.due("first", val_only):
+            metrics.update(self.heldout.evaluate(self))
+        if metrics:
+            self.run_log.first_validation(self.global_steps, metrics)
 
     def _start_step(self, batches, first_step: int) -> tuple[DataProto, dict, dict] | None:
         """The step's (batch, metrics, timing_raw) from `batches`, or None when the data ran out. The profile window
@@ -596,6 +603,9 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         if is_last and self.pass_at_k:
             with marked_timer("pass_at_k", timing_raw, color="green"):
                 metrics.update(self.held_out_pass_at_k())
+        if is_last and self.heldout.due("last"):
+            with marked_timer("heldout", timing_raw, color="green"):
+                metrics.update(self.heldout.evaluate(self))
         with marked_timer("stop_profile", timing_raw):
             self._stop_profiling(
                 self.profile.stop(self.global_steps, is_last),

@@ -59,6 +59,7 @@ def test_framework_agent_step_on_smollm2_through_the_gateway(ray_cpu, tmp_path):
             "trainer.test_freq=1",
             "trainer.save_freq=-1",
             "trainer.val_before_train=false",
+            "trainer.heldout.files=null",  # 1,024 more greedy answers: the tiny fast DAPO run tests it
             "trainer.logger=[console]",
             "trainer.plot_keys=[]",
             f"trainer.default_local_dir={tmp_path / 'ckpt'}",

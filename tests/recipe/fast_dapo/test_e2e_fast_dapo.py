@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from tests.conftest import e2e_config, run_task_runner
 from verl_ext.metrics_log import read_jsonl
+from verl_ext.toy.assets import ensure_tiny_assets
 
 pytestmark = pytest.mark.e2e
 
@@ -82,10 +84,15 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     assert len(memory["arrays"]["keys"]) == state["row_so_far"]["metrics"]["curriculum/memory_prompts"]
 
     # 2) Resumed from step 2 by the ordinary trainer: step 2's row is written from the checkpoint (its validation
-    # run again on the checkpoint's weights), then steps 3 and 4 run.
-    run_task_runner(ExtTaskRunner, _config(_overrides(out, 4, 2)))
+    # run again on the checkpoint's weights), then steps 3 and 4 run. The large held-out evaluation
+    # (`trainer.heldout`, here the toy's whole validation file) is due at the last step only: a resumed run does not
+    # score "first" again.
+    heldout = [f"+trainer.heldout.files={ensure_tiny_assets().val_file}", "+trainer.heldout.at=[first,last]"]
+    run_task_runner(ExtTaskRunner, _config([*_overrides(out, 4, 2), *heldout]))
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4], "no step twice, none missing"
+    assert ["heldout/questions" in r for r in rows] == [False, False, False, True]
+    assert rows[3]["heldout/questions"] == 100 and 0.0 <= rows[3]["heldout-core/toy_copy_digit/acc/mean@1"] <= 1.0
     assert [r.get("training/row_recovered") for r in rows] == [None, 1, None, None]
     val_key = next(k for k in rows[1] if k.startswith("val-core/"))
     assert [val_key in r for r in rows] == [False, True, False, True], "validated at steps 2 (again) and 4"
@@ -130,6 +137,8 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={out / 'global_step_4'}",
         "trainer.pass_at_k=4",
+        f"trainer.validation_data_dir={evaluated / 'validation'}",
+        *heldout,
     ]
     run_task_runner(ExtTaskRunner, _config(val_only))
     assert read_jsonl(out / "metrics.jsonl") == rows
@@ -143,3 +152,9 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     at = [only[f"val-pass/toy_copy_digit/pass@{j}"] for j in (1, 2, 4)]
     assert 0.0 <= at[0] <= at[1] <= at[2] <= 1.0, at
     assert {k for k in only if k.startswith("val-pass/")} == {f"val-pass/toy_copy_digit/pass@{j}" for j in (1, 2, 4)}
+    # the held-out evaluation under val_only: every question of its file answered once, the accuracy its answers',
+    # dumped apart from the validation's (6 rows: data.val_max_samples applies to the validation set only)
+    answers = [json.loads(x) for x in (evaluated / "validation" / "heldout" / "4.jsonl").read_text().splitlines()]
+    assert len(answers) == 100 == only["heldout/questions"]
+    assert only["heldout-core/toy_copy_digit/acc/mean@1"] == pytest.approx(sum(a["acc"] for a in answers) / 100)
+    assert len((evaluated / "validation" / "4.jsonl").read_text().splitlines()) == 6

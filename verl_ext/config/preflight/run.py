@@ -30,6 +30,7 @@ from verl_ext.config.preflight.file_checks import (
 )
 from verl_ext.config.preflight.plan import Plan, batch_arithmetic, steps_plan
 from verl_ext.config.settings import get
+from verl_ext.config.trainer_settings import read_heldout
 
 FILE_MODES = ("full", "config")  # config: skip data/model files (they live on a cluster's storage only)
 
@@ -83,7 +84,12 @@ def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_d
             problems.run(check_context_length, cfg, hf_config)
     dataset_cls = problems.run(custom_dataset_class, cfg)
     first_train = None
-    for key in ("data.train_files", "data.val_files"):
+    heldout = problems.run(read_heldout, cfg)
+    for key in (
+        "data.train_files",
+        "data.val_files",
+        *(["trainer.heldout.files"] if heldout and heldout.enabled else []),
+    ):
         first = _check_data(cfg, key, dataset_cls, plan, problems, reward_reads_data)
         first_train = first if key == "data.train_files" else first_train
     if first_train is not None and tokenizer_dir:
