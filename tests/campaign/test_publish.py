@@ -84,3 +84,21 @@ def test_the_last_validations_answers_are_published_beside_the_log(tmp_path):
         "another campaign\n"
     )
     assert publish(spec, out, to, prune=False, overwrite=True).copied == ["a_s0"]
+
+
+def test_the_large_held_out_evaluations_answers_are_published_first_and_last(tmp_path):
+    """<run>/validation/heldout/<step>.jsonl (the first and the last step's large held-out answers) go with the run,
+    beside the last small validation's."""
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    out, to = tmp_path / "out", tmp_path / "results"
+    run = make_run(out, "a_s0", done=True)
+    (run / "validation" / "heldout").mkdir(parents=True)
+    for step in (4, 16):
+        (run / "validation" / f"{step}.jsonl").write_text(f'{{"step": {step}}}\n')
+    for step in (0, 16):
+        (run / "validation" / "heldout" / f"{step}.jsonl").write_text(f'{{"step": {step}, "heldout": true}}\n')
+    publish(CampaignSpec.from_yaml(tmp_path / "spec.yaml"), out, to, prune=False, overwrite=False)
+    published = to / "demo" / "a_s0" / "validation"
+    assert sorted(p.name for p in published.iterdir()) == ["16.jsonl", "heldout"]
+    assert sorted(p.name for p in (published / "heldout").iterdir()) == ["0.jsonl", "16.jsonl"]
+    assert (published / "heldout" / "0.jsonl").read_text() == '{"step": 0, "heldout": true}\n'

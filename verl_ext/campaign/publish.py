@@ -4,8 +4,10 @@
     .venv/bin/python scripts/campaign.py publish configs/campaign/advantage_real_cpu.yaml --to docs/results \
         [--out-root outputs/campaign] [--prune-checkpoints]
 
-Each run with a DONE file has its metrics log copied to <to>/<name>/<label>/metrics.jsonl, and its last validation's
-held-out answers, when it dumped them (verl's <run>/validation/<step>.jsonl), to <label>/validation/; a run without one
+Each run with a DONE file has its metrics log copied to <to>/<name>/<label>/metrics.jsonl, its last validation's
+held-out answers, when it dumped them (verl's <run>/validation/<step>.jsonl), to <label>/validation/, and every answer
+file of its large held-out evaluation (<run>/validation/heldout/<step>.jsonl: the first and the last step's,
+verl_ext/trainer/heldout.py) to <label>/validation/heldout/; a run without one
 (still running, failed, not started) is listed and left alone, so a log is never published half-written. A log
 already published with the same bytes is left as it is; one that differs is refused (exit 1) unless --overwrite:
 a finished run does not change, so a difference means two campaigns under one name. --prune-checkpoints deletes a
@@ -25,6 +27,7 @@ from verl_ext.campaign.spec import CampaignSpec, is_done
 
 CHECKPOINT_GLOB = "global_step_*"
 VALIDATION_DIR = "validation"  # the real presets' trainer.validation_data_dir, inside the run's directory
+HELDOUT_DIR = "heldout"  # the large held-out evaluation's answers, inside it (verl_ext/trainer/heldout.py PREFIX)
 
 
 @dataclass
@@ -44,9 +47,7 @@ def publish(spec: CampaignSpec, out_root: str | Path, to: str | Path, prune: boo
             result.unfinished.append(plan.label)
             continue
         target = Path(to) / spec.name / plan.label
-        files = [plan.metrics_path]
-        if answers := last_validation(plan.run_dir):
-            files.append(answers)
+        files = [plan.metrics_path, *answer_files(plan.run_dir)]
         pending = {target / f.relative_to(plan.run_dir): f.read_bytes() for f in files}
         pending = {dst: data for dst, data in pending.items() if not (dst.is_file() and dst.read_bytes() == data)}
         if not overwrite and any(dst.is_file() for dst in pending):  # nothing is written when anything conflicts
@@ -68,6 +69,14 @@ def last_validation(run_dir: Path) -> Path | None:
     presets' default: <step>.jsonl), or None."""
     dumps = [f for f in (run_dir / VALIDATION_DIR).glob("*.jsonl") if f.stem.isdigit()]
     return max(dumps, key=lambda f: int(f.stem), default=None)
+
+
+def answer_files(run_dir: Path) -> list[Path]:
+    """What a reader checks a run's accuracies against: the last validation's answers and every answer file of the
+    large held-out evaluation (<run>/validation/heldout/<step>.jsonl), in step order."""
+    heldout = [f for f in (run_dir / VALIDATION_DIR / HELDOUT_DIR).glob("*.jsonl") if f.stem.isdigit()]
+    last = last_validation(run_dir)
+    return [*([last] if last else []), *sorted(heldout, key=lambda f: int(f.stem))]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
