@@ -6,7 +6,9 @@ One training step (through ExtRayPPOTrainer's hooks: reward -> old/ref log-probs
 
 1. GRPO (channel 1): the `grpo_composer` estimator's group-relative advantage; the actor's PPO loss is `loss/grpo`.
 2. SDPO (channel 2), only if alpha_sdpo > 0. Error sites come from the batch (hints.error_sites_for_batch): the
-   environment's per-step metadata (`step_metas`: an error at step t targets assistant turn t + 1), an
+   environment's per-step metadata (`step_metas`: an error at step t targets assistant turn t + 1), with
+   `composer.sdpo.tool_error_rules` also the tool results of agent episodes (the `agent_turns` column: a failed tool
+   result at turn t targets turn t + 1, verl_ext/composer/tool_errors.py; an explicit step_meta wins), an
    `error_kind` column from the reward function, or a failed answer (`acc` == 0: hint "The correct answer is
    <ground truth>", or with `sibling_solution` a successful sibling's response). The hint goes into the context
    just before the targeted turn (hints.build_teacher_context), and the actor scores the student's tokens from that
@@ -28,7 +30,12 @@ One training step (through ExtRayPPOTrainer's hooks: reward -> old/ref log-probs
    the actor and the reference worker (`loss/replay_dpo` = dpo_loss before the update), and enter the update as
    one extra mini-batch, first on every rank (verl_ext/composer/replay.py), whose rows carry the DPO columns; the
    actor loss adds beta_replay * DPO loss (zero advantages: the PPO term ignores them). A step with pairs makes one
-   more optimizer step than a step without.
+   more optimizer step than a step without. On agent episodes with the gateway's record (the `agent_turns` column)
+   a trace's step is an assistant turn (verl_ext/composer/turn_replay.py): each tool-call turn and final answer of a
+   trained episode is asked as the policy saw it (the recorded messages and tools; the same state is asked once a
+   step), actions are compared by call (the calculator's normal form) or final answer, and a pair's rows are the
+   turn's context as sampled, the action its only loss tokens (the chosen action written in the policy's call format,
+   `external_agent.tool_parser`: line or hermes).
 
 alpha_sdpo = 0 skips the teacher pass; beta_replay = 0 creates no teacher pool and adds no rows; with both 0 the
 actor keeps verl's own loss function and the step is plain GRPO.
@@ -36,6 +43,7 @@ actor keeps verl's own loss function and the step is plain GRPO.
 Logged per step: loss/grpo (= actor/pg_loss averaged over the rollout mini-batches; actor/pg_loss itself includes
 the replay mini-batch's zero),
 loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
+sdpo/sites/<kind> for each tool-error rule's kind (the step's error sites of that kind, 0 included),
 sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), sdpo/sibling_site_frac (every arm:
 the share of failed responses whose group has a successful one), replay/pairs_used,
 replay/pairs_queued, replay/pairs_built (this step) and replay/pairs_built_total, replay/dpo_loss_update (the DPO
@@ -78,6 +86,7 @@ from verl_ext.composer.disagreement import (
 from verl_ext.composer.hints import (
     answer_columns,
     error_sites_for_batch,
+    hint_templates,
     plan_teacher_rows,
     restrict_rows,
     sibling_site_share,
@@ -86,7 +95,18 @@ from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, upda
 from verl_ext.composer.rows import pad_rows, prompt_response_tokens
 from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
 from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
+from verl_ext.composer.turn_replay import TOOL_PARSERS, EpisodeTurns, answer_keys, episode_turns, turn_pairs
+from verl_ext.config.errors import ConfigError
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
+
+
+@dataclass(frozen=True)
+class TurnQueries:
+    """One step's teacher queries on agent turns: the episodes asked, and the distinct requests sent (by trace id, in
+    the order of the pool's answers)."""
+
+    episodes: list[EpisodeTurns]
+    requests: list[TeacherRequest]
 
 
 @dataclass
@@ -289,15 +309,23 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs (sdpo.SdpoPlan)."""
         b = batch.batch
         texts = self._decode_responses(batch) if self.settings.sibling_solution else None
-        sites = error_sites_for_batch(batch.non_tensor_batch, texts)
+        rules = self.settings.tool_error_rules
+        sites = error_sites_for_batch(batch.non_tensor_batch, texts, tool_error_rules=rules)
         prompt_ids, response_ids = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
         rows = plan_teacher_rows(
-            prompt_ids, response_ids, b["response_mask"], sites, self.tokenizer, mode=self.settings.hint_mode
+            prompt_ids,
+            response_ids,
+            b["response_mask"],
+            sites,
+            self.tokenizer,
+            mode=self.settings.hint_mode,
+            templates=hint_templates(rules),
         )
-        answer_metrics = {}
+        kinds = [site.error_kind for row in sites for site in row]
+        answer_metrics = {f"sdpo/sites/{r.kind}": float(kinds.count(r.kind)) for r in rules}
         if self.settings.sdpo_sites == "answer":  # only the final answer's tokens; a site without one is dropped
             kept = restrict_rows(rows, answer_columns(response_ids, b["response_mask"].shape[1], self.tokenizer))
-            answer_metrics = {"sdpo/sites_without_answer": float(len(rows) - len(kept))}
+            answer_metrics["sdpo/sites_without_answer"] = float(len(rows) - len(kept))
             rows = kept
         plan = SdpoPlan.of(rows, b["response_mask"])
         if not plan.rows:
@@ -338,13 +366,51 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             "replay/pairs_queued": float(len(self._pair_queue)),
         }
 
+    @property
+    def tool_parser(self) -> str | None:
+        """The call format the policy writes its agent turns in (`external_agent.tool_parser`, read by the agent
+        trainer's settings; None without them), for the chosen actions of agent-turn pairs."""
+        settings = getattr(self, "agent_settings", None)
+        return None if settings is None else settings.tool_parser
+
     def _submit_teacher_queries(self, batch: DataProto) -> None:
-        """One teacher request per prompt group of this step; the answers are collected at a later step."""
+        """One teacher request per prompt group of this step, or on agent episodes with the gateway's record per
+        asked turn (`_submit_turn_queries`); the answers are collected at a later step."""
         b, nt = batch.batch, batch.non_tensor_batch
+        if "agent_turns" in nt:
+            return self._submit_turn_queries(batch)
         prompt_ids, _ = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
         groups = prompt_groups(nt["uid"], nt["raw_prompt"], prompt_ids, self._decode_responses(batch))
         requests = [TeacherRequest(g.trace_id, self.global_steps, g.messages) for g in groups]
         self._pending.append((self.pool.submit_many(requests), self.global_steps, groups))
+
+    def _submit_turn_queries(self, batch: DataProto) -> None:
+        """The asked turns (tool calls, final answer) of this step's trained episodes (status ok, one segment), each
+        distinct state once (turn_replay.episode_turns)."""
+        if self.tool_parser not in TOOL_PARSERS:
+            raise ConfigError(
+                f"composer.beta_replay > 0 on agent turns writes the teachers' actions in the policy's call format: "
+                f"external_agent.tool_parser must be one of {TOOL_PARSERS}, got {self.tool_parser!r} (agent episodes "
+                "train with trainer.trainer_cls=recipe.composer.composer_ray_trainer.AgentComposerTrainer)"
+            )
+        b, nt = batch.batch, batch.non_tensor_batch
+        prompt_ids, response_ids = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
+        status = nt.get("agent_status", ["ok"] * len(batch))
+        segments = nt.get("agent_segments", [1] * len(batch))
+        names = nt.get("agent_episode_id", [str(i) for i in range(len(batch))])
+        episodes, requests = [], {}
+        for i, record in enumerate(nt["agent_turns"]):
+            if str(status[i]) != "ok" or int(segments[i] or 1) > 1:
+                continue  # a dropped episode trains nothing; a split one's record does not number its turns
+            mask = b["response_mask"][i, : len(response_ids[i])].tolist()
+            ep = episode_turns(str(names[i]), record, self.global_steps, prompt_ids[i], response_ids[i], mask)
+            if ep is None or not ep.requests:
+                continue
+            episodes.append(ep)
+            for request in ep.requests.values():
+                requests.setdefault(request.trace_id, request)
+        queries = TurnQueries(episodes, list(requests.values()))
+        self._pending.append((self.pool.submit_many(queries.requests), self.global_steps, queries))
 
     def _collect_teacher_answers(self, wait: bool = False) -> int:
         """Turn the teacher answers that have arrived (`wait`: all pending ones, waiting for them; the pool bounds
@@ -356,6 +422,9 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 still.append((future, step, groups))
                 continue
             results = future.result()
+            if isinstance(groups, TurnQueries):
+                built += self.pair_writer.write(self._turn_pairs(groups, step, results))
+                continue
             for answers in results:
                 texts = {name: (a.text if a is not None else None) for name, a in answers.items()}
                 self.tally.add_query(texts, self.disagreement.normalize)
@@ -365,6 +434,17 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         self._pending = still
         self._pair_queue.extend(self.pair_reader.read_new())
         return built
+
+    def _turn_pairs(self, queries: TurnQueries, step: int, results: list) -> list[DPOPair]:
+        """The pairs of agent-turn queries' answers, and their agreement counts (on action keys)."""
+        by_id = {r.trace_id: answers for r, answers in zip(queries.requests, results)}
+        for r in queries.requests:
+            self.tally.add_query(answer_keys(by_id[r.trace_id], r.tools, self.tool_parser), lambda key: key)
+        pairs = []
+        for ep in queries.episodes:
+            answers = {t: by_id[r.trace_id] for t, r in ep.requests.items()}
+            pairs += turn_pairs(ep.trace, step, answers, self.disagreement, self.tool_parser, ep.episode, ep.tokens)
+        return pairs
 
     def _replay_rows(self, batch: DataProto) -> tuple[DataProto | None, dict]:
         """Up to max_pairs_per_step queued pairs as one extra actor mini-batch with DPO columns, and their metrics

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_ext.composer.hints import DEFAULT_HINT_TEMPLATES
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
+from verl_ext.composer.tool_errors import ToolErrorRule, check_templates
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.preflight.recipe_checks import check_recipe_run
 from verl_ext.config.settings import YamlDefaults, read_settings, set_fields
 from verl_ext.trainer.fidelity import TrainerFidelity
+from verl_ext.trainer.recipe_checks import check_recipe_run
 
 COMPOSER_YAML = Path(__file__).parent / "config" / "composer.yaml"
 DEFAULTS = YamlDefaults(COMPOSER_YAML)
@@ -39,6 +41,7 @@ class SdpoBlock:
     teacher_topk: int | None  # null: the whole vocabulary (0 once read)
     jsd_beta: float
     token_clip: float | None
+    tool_error_rules: list  # as written; a tuple of ToolErrorRule once read
 
     def __post_init__(self):
         if self.hint_mode not in HINT_MODES:
@@ -62,7 +65,27 @@ class SdpoBlock:
             teacher_topk=topk,
             jsd_beta=jsd_beta,
             token_clip=token_clip,
+            tool_error_rules=read_tool_error_rules(self.tool_error_rules),
         )
+
+
+def read_tool_error_rules(written) -> tuple[ToolErrorRule, ...]:
+    """composer.sdpo.tool_error_rules read (a list of rules, null = none), each with ToolErrorRule's keys, and their
+    hint templates checked; ConfigError naming the rule."""
+    where = "composer.sdpo.tool_error_rules"
+    if written is None:
+        return ()
+    if isinstance(written, (str, bytes)) or not isinstance(written, (list, tuple)):
+        raise ConfigError(f"{where} must be a list of rules, got {written!r}")
+    rules = tuple(
+        rule if isinstance(rule, ToolErrorRule) else read_settings(ToolErrorRule, rule, f"{where}[{i}]")
+        for i, rule in enumerate(written)
+    )
+    try:
+        check_templates(rules, DEFAULT_HINT_TEMPLATES)
+    except ValueError as e:
+        raise ConfigError(f"{where}{e}") from None
+    return rules
 
 
 @dataclass(frozen=True)
@@ -104,6 +127,7 @@ class ComposerSettings:
     teacher_topk: int  # <= 0: the whole vocabulary
     jsd_beta: float
     token_clip: float | None
+    tool_error_rules: tuple[ToolErrorRule, ...]
     beta_dpo: float
     max_pairs_per_step: int
     rule: str

@@ -98,6 +98,11 @@ def test_tool_call_round_trip_with_reserialized_history(scripted_gateway, tool_t
     r2 = c.chat.completions.create(model="m", messages=follow, tools=[CALC])
     assert r2.choices[0].message.content == "The answer is 12." and r2.choices[0].finish_reason == "stop"
     assert s.drift.as_dict() == {"extended": 1, "split": {}, "tool_faults": {}}
+    # each round's request is recorded as the agent sent it (its re-serialization kept), with the reply it got
+    assert [t["tools"] for t in s.turns] == [[CALC], [CALC]] and s.turns[0]["messages"] == ASK
+    assert s.turns[1]["messages"][1]["tool_calls"][0]["id"] == "renamed-0" and len(s.turns[1]["messages"]) == 4
+    assert s.turns[0]["reply"]["tool_calls"][0]["function"]["arguments"] == '{"expr": "1+2"}'
+    assert s.turns[1]["reply"] == {"role": "assistant", "content": "The answer is 12."}
     seg = check_token_true(s, tool_tokenizer)
     ctx = tool_tokenizer.decode([t for t, k in zip(seg.response_ids, seg.response_mask, strict=True) if k == 0])
     assert ctx == "\n<|im_start|>user\n<tool_response>\n3\n</tool_response>\n<tool_response>\n12\n</tool_response>" + (
@@ -332,3 +337,4 @@ def test_switching_from_completions_to_chat_is_a_counted_split(scripted_gateway)
     c.chat.completions.create(model="m", messages=ASK)
     assert s.drift.as_dict() == {"extended": 0, "split": {"rewrite": 1}, "tool_faults": {}}
     assert len(assemble_segments(s.rounds)) == 2
+    assert s.turns[0] is None and s.turns[1]["messages"] == ASK  # a plain-text round has no chat request

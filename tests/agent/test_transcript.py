@@ -15,11 +15,13 @@ def test_transcript_holds_the_messages_the_tools_and_the_trained_ids(tmp_path):
     s.history = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     s.tools_key = json.dumps([{"type": "function", "function": {"name": "calc"}}])
     s.rounds = [Round([1, 2], [3, 4], None)]
+    s.turns = [{"messages": s.history[:1], "tools": None, "tool_choice": "auto", "reply": s.history[1]}]
     (segment,) = assemble_segments(s.rounds)
     path = write_transcript(tmp_path / "t", transcript(s, "ok", segment))
     record = json.loads(path.read_text())
     assert path.name == "e1.json" and record["status"] == "ok" and record["rounds"] == 1
     assert record["messages"] == s.history and record["tools"][0]["function"]["name"] == "calc"
+    assert record["turns"] == s.turns  # each round's request and reply (the Composer reads them back)
     assert record["prompt_ids"] == [1, 2] and record["response_ids"] == [3, 4] and record["response_mask"] == [1, 1]
     dropped = transcript(Session(episode_id="e2", sampling_params={}), "crashed", None)
     assert dropped["messages"] is None and dropped["tools"] is None and dropped["prompt_ids"] is None

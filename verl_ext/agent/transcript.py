@@ -6,6 +6,11 @@ the ids that were trained. A transcript holds both (the last chat request's mess
 as the gateway compared them: `core.Session.history`; the trained sample's prompt ids, response ids and mask), so
 rendering the messages with the run's chat template and comparing the ids checks the claim on real episodes
 (tests/recipe/fast_dapo/test_e2e_agent_real_model.py does).
+
+It also holds each round's request as the policy saw it (`turns`: `core.Session.turns`, the messages, tools and tool
+choice of that round's chat request and the reply it got), from which the Composer marks error sites at failed tool
+results and asks teachers about a turn (`verl_ext/composer/tool_errors.py`, `turn_replay.py`): a recorded real
+episode can be read back as the trainer would see it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ def transcript(session, status: str, segment) -> dict[str, Any]:
         "messages": session.history,
         "tools": json.loads(session.tools_key) if session.tools_key else None,
         "rounds": len(session.rounds),
+        "turns": list(session.turns),
         "prompt_ids": None if segment is None else list(segment.prompt_ids),
         "response_ids": None if segment is None else list(segment.response_ids),
         "response_mask": None if segment is None else list(segment.response_mask),

@@ -22,6 +22,11 @@ sampled-token SDPO term, in verl_ext/advantage/grpo_composer.py):
     disagreement   teacher answers -> DPO pairs, JSONL writer/reader; a step's prompt groups and their step records;
                    the channel's running counts (agreement, pairs built)
     hints          error sites (env step metadata, error_kind, acc), hint templates, teacher rows and their alignment
+    agent_trace    an agent episode as the gateway recorded it (each turn's request and reply, calls and results); the
+                   calculator expression's normal form
+    tool_errors    error sites from an agent's tool results, the agent unchanged (composer.sdpo.tool_error_rules)
+    turn_replay    trace replay on an agent's turns: each turn's teacher request as the policy saw it, actions,
+                   pairs, and the turns' tokens for their rows
 
 Wiring the full-logit JSD into verl 0.9.1's actor: a registered policy loss only sees (B, T) log-probs of the
 sampled tokens. Logits are reachable only in the engine's loss callable (`actor.set_loss_fn`), which verl's FSDP

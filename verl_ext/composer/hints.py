@@ -10,6 +10,9 @@ Error sites:
   t-th assistant turn, counting from 0). A meta with `error_kind` marks an error; the hint targets the *next*
   assistant turn, t + 1. Its template is `hint_template_key` if given, else the error kind; the other meta fields
   fill the template.
+- agent episodes, the agent unchanged: `tool_errors.ToolErrorRule`s read the conversation the gateway recorded
+  (`agent_turns`) and mark a site at the turn after a failed tool result (tool_errors.py); an explicit step_meta for
+  the same turn wins.
 - single-turn math: a response with acc == 0 is an error site at turn 0. Its hint is a successful sibling's
   solution (same prompt uid, acc > 0) when one exists, else the reference answer.
 
@@ -33,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_ext.composer.agent_trace import read_trace
+from verl_ext.composer.tool_errors import ToolErrorRule, rule_templates, tool_error_sites
 from verl_ext.reward.answer_extraction import last_boxed_span
 
 # Keyed by error kind or hint_template_key. Fields in braces come from the error site.
@@ -108,6 +113,30 @@ def sibling_site_share(columns: dict[str, Any]) -> float | None:
     succeeded = {uid for acc, uid in zip(accs, uids) if acc > 0}
     failed = [uid for acc, uid in zip(accs, uids) if not acc > 0]
     return sum(uid in succeeded for uid in failed) / len(failed) if failed else None
+
+
+def hint_templates(rules: Sequence[ToolErrorRule] = ()) -> dict[str, str]:
+    """The hint templates of a run: the defaults, and the ones its tool-error rules write out."""
+    return {**DEFAULT_HINT_TEMPLATES, **rule_templates(rules)}
+
+
+def agent_error_sites(
+    step_metas: Sequence[dict[str, Any] | None] | None,
+    turns: Any,
+    rules: Sequence[ToolErrorRule],
+    failed: bool | None,
+) -> list[ErrorSite]:
+    """One agent episode's error sites: the explicit ones of its `step_metas`, and the ones `rules` find in its
+    recorded turns (`turns`: the gateway's record, tool_errors.tool_error_sites) at the turns no explicit one
+    targets. By turn."""
+    explicit = error_sites_from_step_meta(list(step_metas or []))
+    taken = {s.turn for s in explicit}
+    found = [
+        ErrorSite(s.turn, s.error_kind, s.template_key, dict(s.fields))
+        for s in tool_error_sites(read_trace(turns), rules, failed)
+        if s.turn not in taken
+    ]
+    return sorted(explicit + found, key=lambda s: s.turn)
 
 
 def render_hint(site: ErrorSite, templates: dict[str, str] = DEFAULT_HINT_TEMPLATES) -> str:
@@ -233,17 +262,37 @@ def sdpo_loss_mask(response_mask: torch.Tensor, target_turns: Sequence[Sequence[
     return table_t.gather(1, torch.where(turn < 0, torch.full_like(turn, n_turns), turn))
 
 
-def error_sites_for_batch(columns: dict[str, Any], responses: Sequence[str] | None = None) -> list[list[ErrorSite]]:
+def error_sites_for_batch(
+    columns: dict[str, Any], responses: Sequence[str] | None = None, tool_error_rules: Sequence[ToolErrorRule] = ()
+) -> list[list[ErrorSite]]:
     """Error sites of every row of a batch, from its non-tensor columns; the first source present wins:
 
     1. `step_metas`: per row, the environment's per-step metadata (a multi-turn agent loop's extra field), read by
-       `error_sites_from_step_meta`: each error step targets the next assistant turn.
+       `error_sites_from_step_meta`: each error step targets the next assistant turn. With `tool_error_rules` and an
+       `agent_turns` column (per row the gateway's record of the episode's requests, `core.Session.turns`, as JSON),
+       also the sites the rules find in it at the turns no step_meta targets (`agent_error_sites`; `failed` from the
+       row's `acc` where the batch has one). A row whose episode was split (`agent_segments` > 1: its trained sample
+       is its last segment, whose turns the record does not number) gets no rule sites.
     2. `error_kind`: per row, an error kind or None / "" (e.g. from the reward function's extra info), with optional
        `hint_template_key` and `error_fields` (a dict of template fields) columns; the site is turn 0 and the
        template fields include the row's ground truth.
     3. `acc` (single-turn math): `math_error_sites`; `responses` (decoded) enables sibling solutions.
     """
     n = len(columns["uid"]) if "uid" in columns else None
+    if tool_error_rules and "agent_turns" in columns:
+        rows = len(columns["agent_turns"])
+        metas = columns.get("step_metas", [None] * rows)
+        accs = columns.get("acc", [None] * rows)
+        segments = columns.get("agent_segments", [1] * rows)
+        return [
+            agent_error_sites(
+                meta,
+                turns if int(segments[i] or 1) <= 1 else None,
+                tool_error_rules,
+                None if acc is None else not float(acc) > 0,
+            )
+            for i, (meta, turns, acc) in enumerate(zip(metas, columns["agent_turns"], accs, strict=True))
+        ]
     if "step_metas" in columns:
         return [error_sites_from_step_meta(list(metas or [])) for metas in columns["step_metas"]]
     truths = [str((rm or {}).get("ground_truth", "")) for rm in columns.get("reward_model", [None] * (n or 0))]

@@ -82,16 +82,27 @@ def rows_first_per_rank(n_head: int, n_rest: int, n_ranks: int) -> torch.Tensor:
 
 def pair_rows(pairs: Sequence[DPOPair], tokenizer, prompt_width: int, response_width: int) -> dict[str, torch.Tensor]:
     """The pairs as rows chosen_0, rejected_0, chosen_1, ... in verl's padded layout with the batch's widths: the
-    pair's prompt ids (its last prompt_width) and the response text's tokens + EOS (its first response_width)."""
+    pair's prompt ids (its last prompt_width) and the response text's tokens + EOS (its first response_width).
+
+    A pair from an agent's turn (`turn_replay.episode_turns`: its prompt has `context` and `rejected_ids`) is placed
+    where the turn was sampled: the response side starts with the episode's tokens before the turn (earlier turns
+    and the environment's, response_mask 0: context, no loss), then the action, the student's sampled tokens for the
+    rejected row and the teachers' action + EOS for the chosen one."""
     eos = tokenizer.eos_token_id
-    prefixes, responses = [], []
+    prefixes, responses, contexts = [], [], []
     for pair in pairs:
-        for text in (pair.chosen, pair.rejected):
+        context = [int(x) for x in pair.prompt.get("context") or []]
+        for text, sampled in ((pair.chosen, None), (pair.rejected, pair.prompt.get("rejected_ids"))):
+            action = list(sampled) if sampled is not None else tokenizer.encode(text, add_special_tokens=False) + [eos]
             prefixes.append(pair.prompt["ids"][-prompt_width:])
-            responses.append((tokenizer.encode(text, add_special_tokens=False) + [eos])[:response_width])
-    return pack_rows(
+            responses.append((context + action)[:response_width])
+            contexts.append(min(len(context), response_width))
+    rows = pack_rows(
         prefixes, responses, tokenizer.pad_token_id, response_width=response_width, prefix_width=prompt_width
     )
+    for i, n in enumerate(contexts):
+        rows["response_mask"][i, :n] = 0
+    return rows
 
 
 def replay_block(

@@ -18,6 +18,10 @@ failure is counted by kind.
 - Cache: successful answers are appended to a JSONL file keyed by (trace_id, step, teacher name) and reloaded at
   start, so a restart does not pay twice. An entry whose stored model differs from the teacher's model is ignored.
   A torn last line (crash mid-write) is skipped.
+- Agent turns: a request may carry the policy's `tools` and `tool_choice` (a turn of an agent episode, asked as the
+  policy saw it: verl_ext/composer/turn_replay.py); they go in the body as given (`tool_choice` only when it is not
+  "auto", the API's default with tools). A teacher may then answer with tool calls instead of text: `tool_calls`
+  holds them (name and arguments as the API returned them), cached with the text.
 - Secrets: a teacher's config holds the *name* of the environment variable with its key (`api_key_env`); the key
   is read from the environment at each request and never stored on any object, logged, cached or saved.
 """
@@ -154,7 +158,9 @@ def _teacher(t: TeacherConfig | dict[str, Any]) -> TeacherConfig:
 class TeacherRequest:
     trace_id: str
     step: int
-    messages: list[dict[str, str]]  # OpenAI chat messages: the state the student saw at this step
+    messages: list[dict]  # OpenAI chat messages: the state the student saw at this step
+    tools: list[dict] | None = None  # OpenAI function tools the student was offered (None: none)
+    tool_choice: Any = None  # the student's request's tool choice (None or "auto": the API's default)
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ class TeacherAnswer:
     text: str
     tokens: int
     cached: bool = False
+    tool_calls: tuple[dict, ...] = ()  # {"name", "arguments"} of each tool call the teacher answered with
 
 
 @dataclass
@@ -298,6 +305,10 @@ class TeacherPool:
             "max_tokens": teacher.max_tokens,
             "temperature": teacher.temperature,
         }
+        if request.tools:
+            body["tools"] = request.tools
+            if request.tool_choice not in (None, "auto"):
+                body["tool_choice"] = request.tool_choice
         url = teacher.base_url.rstrip("/") + "/chat/completions"
         try:
             resp = self._client.post(url, json=body, headers=headers, timeout=teacher.timeout_s)
@@ -314,11 +325,11 @@ class TeacherPool:
         parsed = _parse_completion(resp.content, teacher)
         if parsed is None:
             return "malformed", None, None
-        text, tokens, has_usage = parsed
+        text, tokens, has_usage, calls = parsed
         if not has_usage:
             with self._lock:
                 self._counters.missing_usage += 1
-        return "ok", TeacherAnswer(teacher=teacher.name, text=text, tokens=tokens), None
+        return "ok", TeacherAnswer(teacher=teacher.name, text=text, tokens=tokens, tool_calls=calls), None
 
     # -- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -378,13 +389,34 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return None  # absent, or an HTTP date: fall back to our own backoff
 
 
-def _parse_completion(content: bytes, teacher: TeacherConfig) -> tuple[str, int, bool] | None:
-    """(text, tokens charged, usage present) from an OpenAI chat completion body, or None if malformed."""
+def _tool_calls(message: dict) -> tuple[dict, ...] | None:
+    """The message's tool calls as {"name", "arguments" (a string)}; None if they are malformed."""
+    calls = message.get("tool_calls") or []
+    out = []
+    for call in calls if isinstance(calls, list) else [None]:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return None
+        arguments = fn.get("arguments", "{}")
+        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        out.append({"name": fn["name"], "arguments": arguments})
+    return tuple(out)
+
+
+def _parse_completion(content: bytes, teacher: TeacherConfig) -> tuple[str, int, bool, tuple[dict, ...]] | None:
+    """(text, tokens charged, usage present, tool calls) from an OpenAI chat completion body, or None if malformed.
+    The text may be null only beside tool calls (it is "" then)."""
     try:
         data = json.loads(content)
-        text = data["choices"][0]["message"]["content"]
+        message = data["choices"][0]["message"]
+        text = message["content"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+    calls = _tool_calls(message) if isinstance(message, dict) else None
+    if calls is None:
+        return None
+    if text is None and calls:
+        text = ""
     if not isinstance(text, str):
         return None
     usage = data.get("usage") if isinstance(data, dict) else None
@@ -394,8 +426,8 @@ def _parse_completion(content: bytes, teacher: TeacherConfig) -> tuple[str, int,
             parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
             total = sum(parts) if all(isinstance(p, int) for p in parts) else None
         if isinstance(total, int) and total >= 0:
-            return text, total, True
-    return text, teacher.max_tokens, False
+            return text, total, True, calls
+    return text, teacher.max_tokens, False, calls
 
 
 class _AnswerCache:
@@ -421,7 +453,10 @@ class _AnswerCache:
             rec = self._entries.get((str(trace_id), int(step), teacher.name))
         if rec is None or rec.get("model") != teacher.model:
             return None
-        return TeacherAnswer(teacher=teacher.name, text=rec["text"], tokens=int(rec.get("tokens", 0)), cached=True)
+        calls = tuple(rec.get("tool_calls") or ())
+        return TeacherAnswer(
+            teacher=teacher.name, text=rec["text"], tokens=int(rec.get("tokens", 0)), cached=True, tool_calls=calls
+        )
 
     def put(self, trace_id: str, step: int, teacher: TeacherConfig, answer: TeacherAnswer) -> None:
         rec = {
@@ -432,6 +467,8 @@ class _AnswerCache:
             "text": answer.text,
             "tokens": answer.tokens,
         }
+        if answer.tool_calls:
+            rec["tool_calls"] = list(answer.tool_calls)
         with self._lock:
             self._entries[(rec["trace_id"], rec["step"], rec["teacher"])] = rec
             self._file.write(json.dumps(rec) + "\n")

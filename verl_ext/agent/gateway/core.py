@@ -17,6 +17,12 @@ sampled, with their log-probs (`trajectory.Round`). The core decides the prompt 
   previous tokens (the template re-renders the reply token for token) counts as extended: that is what
   `assemble_segments`, which only looks at tokens, will do with it.
 
+Per session the core records each round's request as the policy saw it (`Session.turns`: the chat request's
+messages, after `normalize_message`, its tools as the template rendered them and its tool choice, then the reply the
+round got; None for a plain-text round), one entry per round: the conversation up to any turn, which the Composer's
+trace replay asks teachers about and whose tool results mark its error sites (`verl_ext/composer/turn_replay.py`,
+`tool_errors.py`).
+
 Per session the core counts `drift` (`extended`, `split.<reason>`, `tool_faults.<kind>`); the agent loop puts them
 in the batch, the trainer in the step's metrics and the episode ledger.
 
@@ -98,6 +104,8 @@ class Session:
     tools_key: str | None = None  # chat: the last request's tools, as JSON
     text: str | None = None  # completions: last prompt + the completion it got
     runtime_ids: list[int] = field(default_factory=list)
+    # per round: {"messages", "tools", "tool_choice", "reply"} of a chat round (None: a plain-text round)
+    turns: list[dict | None] = field(default_factory=list)
     first_prompt_len: int = 0
     drift: Drift = field(default_factory=Drift)
     score: dict[str, Any] | None = None
@@ -419,6 +427,8 @@ class EpisodeCore:
             self._count_join(s, prompt_ids, reason)
             prompt_ids = list(prompt_ids) + forced
             ids, lps = await self._sample(s, prompt_ids, start, turn.max_tokens, turn.stop, turn.logprobs)
+            record = {"messages": turn.messages, "tools": turn.tools, "tool_choice": turn.tool_choice, "reply": None}
+            s.turns.append(record)  # one entry per recorded round, the reply filled in below
             t1 = time.perf_counter()
             parsed = await self.codec.parse(ids, turn.tools, turn.tool_choice, turn.stop, opening)
             s.drift.tool_faults.update(parsed.faults)
@@ -434,6 +444,7 @@ class EpisodeCore:
                 fault=parsed.fault_detail,
                 stop_sequence=parsed.stopped_by,
             )
+            record["reply"] = result.assistant_message()
             s.history, s.tools_key, s.text = history + [result.assistant_message()], tools_key, None
         return result
 
@@ -490,6 +501,7 @@ class EpisodeCore:
             self.stats.render_s += time.perf_counter() - t0
             self._count_join(s, prompt_ids, reason)
             ids, lps = await self._sample(s, prompt_ids, start, max_tokens, stop, logprobs)
+            s.turns.append(None)  # a plain-text round: no chat request to record
             t1 = time.perf_counter()
             text, stopped_by = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), stop)
             self.stats.parse_s += time.perf_counter() - t1
