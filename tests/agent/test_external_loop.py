@@ -95,6 +95,7 @@ def test_a_trained_episode_gives_its_segment_cut_to_the_lengths_and_the_agents_r
         "agent_policy_version": 7,
         "agent_tool_calls": 1,
         "agent_tool_result_in_answer": 1,
+        "agent_turns": json.dumps(session.turns),  # the rounds' requests as the policy saw them (the Composer's)
     }
 
 

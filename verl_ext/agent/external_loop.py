@@ -176,6 +176,9 @@ def episode_columns(res: EpisodeResult, version: int | None, used: ToolUse) -> d
         # its well-formed tool calls, and whether a tool's result reached its final answer (`tool_use`)
         "agent_tool_calls": used.calls,
         "agent_tool_result_in_answer": int(used.result_in_answer),
+        # each round's request as the policy saw it and its reply (core.Session.turns), as JSON: where the
+        # Composer's tool-error sites and turn replay read the episode (composer/agent_trace.py)
+        "agent_turns": json.dumps(session.turns),
     }
 
 
