@@ -16,7 +16,10 @@
   assigns to an attribute or item of a name imported from verl or vLLM, or `setattr`s one;
 - the boundaries inside packages (`BOUNDARIES`, at any level): no library module imports the example agents; the
   agent gateway's protocol translations import no HTTP (aiohttp, `wire/`, the server); the gateway imports nothing
-  of its verl side (only itself and `agent/trajectory.py`).
+  of its verl side (only itself, `agent/trajectory.py` and the text formats of `formats/`);
+- the layers (`LAYERS`, the "layer" column of docs/ARCHITECTURE.md's package table, which must agree): a module
+  imports, at any level, only its own package and the packages of lower layers, never one of its own layer or above
+  (the upward imports still waiting for their move are listed in `PENDING_UPWARD`, each with what it waits for).
 """
 
 from __future__ import annotations
@@ -167,7 +170,7 @@ BOUNDARIES = (
         "verl_ext.agent.gateway",
         ("verl_ext",),
         "the gateway knows nothing of its verl side (agent loop, trainer, settings)",
-        allowed=("verl_ext.agent.gateway", "verl_ext.agent.trajectory"),
+        allowed=("verl_ext.agent.gateway", "verl_ext.agent.trajectory", "verl_ext.formats"),
     ),
 )
 
@@ -323,6 +326,108 @@ def test_a_recipe_path_built_at_run_time_is_seen():
     assert found[0][0] == "importlib.import_module(f'recipe.{name}.main')"
     assert found[3][0] == "f'recipe.{name}.config'"
     assert not _recipe_paths(ast.parse(src))  # none of them is a whole dotted path: the older rule missed them all
+
+
+# Layers: every import points down (docs/ARCHITECTURE.md "Layers, and which way imports go") ------------------------
+# Each package (or top-level module) of verl_ext in one layer, bottom first; docs/ARCHITECTURE.md's package table
+# gives each its layer number (1 = the bottom) and must agree with this, the one place the order is defined.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("formats", "metrics_log", "dataset", "reward", "shared_prefix"),  # 1: import no other package
+    ("config", "cpu", "toy"),  # 2: composition, settings and the pre-flight; the CPU backend; the tiny assets
+    ("advantage", "curriculum", "pretrained", "mathgen"),  # 3: estimators, curriculum bookkeeping, real model and task
+    ("agent",),  # 4: the gateway and the agent loop
+    ("composer",),  # 5: the Composer's parts (its agent channel reads agent episodes) and its teacher launcher
+    ("trainer",),  # 6: the trainer base, the checks every recipe runs, the task runner, the drivers' `drive`
+    ("launch",),  # 7: a driver as a child process, cluster jobs
+    ("campaign",),  # 8: conditions x seeds over launch
+    ("plugin", "doctor"),  # 9: entry modules: verl's plugin hook, the environment check
+)
+# Upward imports that stay until a move that needs files being edited elsewhere (issue 62): (module, the package it
+# imports) -> what it waits for. An entry whose import is gone fails the test too, so the list only shrinks.
+PENDING_UPWARD = {
+    ("verl_ext.agent.trainer", "trainer"): "the agent episodes' trainer mixin and AgentPPOTrainer move to trainer/ "
+    "once agent/settings.py's message and external_loop.py's docstring name the new path",
+    ("verl_ext.agent.main", "trainer"): "the agent driver moves with its trainer",
+}
+
+
+def package_of(module: str) -> str | None:
+    """`verl_ext.agent.gateway.core` -> `agent`; `verl_ext.plugin` -> `plugin`; the root package -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == PACKAGE else None
+
+
+def upward_imports(
+    parsed: dict[str, tuple[ast.Module, bool]], layers: tuple[tuple[str, ...], ...]
+) -> list[tuple[str, int, str, str]]:
+    """(module, line, what it imports, why) for every import, at any level (function bodies and TYPE_CHECKING blocks
+    too: a lazy import up is still a dependency up), of another package of the same or a higher layer; once per
+    statement and package. A package missing from `layers` is reported as such."""
+    rank = {pkg: i for i, layer in enumerate(layers) for pkg in layer}
+    found, seen = [], set()
+    for m, (tree, is_pkg) in parsed.items():
+        own = package_of(m)
+        if own is None:
+            continue
+        if own not in rank:
+            found.append((m, 0, own, "its package is in no layer"))
+            continue
+        for t, line in _imports(tree, m, is_pkg, module_level_only=False):
+            other = package_of(t)
+            if other is None or other == own or (m, line, other) in seen:
+                continue
+            seen.add((m, line, other))
+            if other not in rank:
+                found.append((m, line, t, f"{other} is in no layer"))
+            elif rank[other] >= rank[own]:
+                found.append((m, line, t, f"layer {rank[own] + 1} ({own}) imports layer {rank[other] + 1} ({other})"))
+    return found
+
+
+def test_every_import_points_down_the_layers():
+    found = upward_imports(_parsed(), LAYERS)
+    new = [f"{m}:{line} imports {t}: {why}" for m, line, t, why in found if (m, package_of(t)) not in PENDING_UPWARD]
+    assert not new, (
+        "an import up the layers (docs/ARCHITECTURE.md: move the shared piece down, or hand it in):\n" + "\n".join(new)
+    )
+    stale = set(PENDING_UPWARD) - {(m, package_of(t)) for m, _, t, _ in found}
+    assert not stale, f"these pending upward imports are gone: take them out of PENDING_UPWARD: {sorted(stale)}"
+
+
+def test_every_package_has_one_layer_and_the_docs_agree():
+    names = [pkg for layer in LAYERS for pkg in layer]
+    assert len(names) == len(set(names)), "a package in two layers"
+    packages = {package_of(m) for m in _modules()} - {None}
+    assert packages == set(names), (
+        f"not layered: {sorted(packages - set(names))}; gone: {sorted(set(names) - packages)}"
+    )
+    table = re.findall(r"^\| `(\w+)(?:/|\.py)` \| (\d+) \|", (ROOT / "docs/ARCHITECTURE.md").read_text(), re.MULTILINE)
+    documented = {name: int(layer) for name, layer in table}
+    assert documented == {pkg: i + 1 for i, layer in enumerate(LAYERS) for pkg in layer}, (
+        "docs/ARCHITECTURE.md's package table gives each package its layer (the column after its name), as LAYERS"
+    )
+
+
+def test_the_layer_check_sees_an_import_up():
+    """A lazy import up (in a function), an import of the same layer and one of a package in no layer are found; an
+    import down, one inside the package and the root package are not."""
+    layers = (("formats", "reward"), ("config", "toy"), ("trainer",))
+    src = {
+        "verl_ext.config.preflight.checks": (
+            "from verl_ext.config.errors import ConfigError\nfrom verl_ext.reward import x\n"
+            "def f():\n    from verl_ext.trainer.fidelity import check\n"
+        ),
+        "verl_ext.toy.assets": "from verl_ext import config\nimport verl_ext\nfrom verl_ext.formats import calls\n",
+        "verl_ext.trainer.t": "from verl_ext.config import settings\nfrom verl_ext.newpkg import y\n",
+        "verl_ext.formats.line_calls": "import re\n",
+    }
+    parsed = {m: (ast.parse(code), False) for m, code in src.items()}
+    found = {(m, line, t) for m, line, t, _ in upward_imports(parsed, layers)}
+    assert found == {
+        ("verl_ext.config.preflight.checks", 4, "verl_ext.trainer.fidelity"),
+        ("verl_ext.toy.assets", 1, "verl_ext.config"),
+        ("verl_ext.trainer.t", 2, "verl_ext.newpkg"),
+    }
 
 
 # Shims: a patch of verl or vLLM at run time lives in a shim module (docs/ARCHITECTURE.md "Shims") ------------------

