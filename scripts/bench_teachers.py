@@ -25,6 +25,7 @@ import yaml
 
 from verl_ext.composer.teacher_servers.server import TeacherServers
 from verl_ext.composer.teacher_servers.settings import ServeSettings, parse_model_arg
+from verl_ext.pretrained.smollm2 import ensure_smollm2
 
 TOKENS = 64
 
@@ -120,7 +121,7 @@ def main(argv=None) -> None:
         agreement(teachers, args.questions)
         return
     settings = ServeSettings(threads=args.threads, kv_cache_mib=args.kv_cache_mib)
-    specs = [parse_model_arg(m) for m in (args.model or ["released"])]
+    specs = [parse_model_arg(m, resolve_released=ensure_smollm2) for m in (args.model or ["released"])]
     ready: dict[str, list[float]] = {s.name: [] for s in specs}
     memory: dict[str, list[float]] = {s.name: [] for s in specs}
     print(f"[bench] {settings}")

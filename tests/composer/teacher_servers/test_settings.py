@@ -32,12 +32,17 @@ def _hf_dir(path: Path, *, config=True, weights=True, tokenizer=True) -> Path:
     return path
 
 
-def test_released_and_named_directories(released_dir, tmp_path):
-    assert parse_model_arg("released") == TeacherSpec("released", released_dir)
-    assert parse_model_arg("base=released") == TeacherSpec("base", released_dir)
+def _not_released():
+    raise AssertionError("the released model was asked for")
+
+
+def test_released_and_named_directories(tmp_path):
+    released = _hf_dir(tmp_path / "released_model")
+    assert parse_model_arg("released", lambda: released) == TeacherSpec("released", released)
+    assert parse_model_arg("base=released", lambda: released) == TeacherSpec("base", released)
     d = _hf_dir(tmp_path / "step16")
-    assert parse_model_arg(str(d)) == TeacherSpec("step16", d)
-    assert parse_model_arg(f"trained={d}") == TeacherSpec("trained", d)
+    assert parse_model_arg(str(d), _not_released) == TeacherSpec("step16", d)
+    assert parse_model_arg(f"trained={d}", _not_released) == TeacherSpec("trained", d)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +57,7 @@ def test_released_and_named_directories(released_dir, tmp_path):
 def test_a_bad_model_directory_names_the_argument(tmp_path, make, match):
     path = make(tmp_path)
     with pytest.raises(ValueError, match=f"--model '{path}': .*{match}"):
-        parse_model_arg(str(path))
+        parse_model_arg(str(path), _not_released)
 
 
 def test_a_training_checkpoint_points_to_the_export(tmp_path):
@@ -61,12 +66,12 @@ def test_a_training_checkpoint_points_to_the_export(tmp_path):
     (actor / "huggingface" / "config.json").write_text("{}")
     (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
     with pytest.raises(ValueError, match=r"training checkpoint .* python -m verl_ext.pretrained.export --local-dir"):
-        parse_model_arg(f"trained={actor}")
+        parse_model_arg(f"trained={actor}", _not_released)
 
 
 def test_names_are_checked(tmp_path, released_dir):
     with pytest.raises(ValueError, match="teacher name 'a b' must be"):
-        parse_model_arg("a b=released")
+        parse_model_arg("a b=released", lambda: released_dir)
     with pytest.raises(ValueError, match=r"given twice"):
         check_unique_names([TeacherSpec("x", released_dir), TeacherSpec("x", tmp_path)])
 

@@ -30,6 +30,7 @@ from verl_ext.composer.teacher_servers.settings import (
     parse_model_arg,
     render_block,
 )
+from verl_ext.pretrained.smollm2 import ensure_smollm2
 
 _HELP = {  # one line per ServeSettings field for --help (the class docstring says why each default)
     "dtype": "vLLM compute dtype (default: the CPU backend's rollout dtype, float32)",
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = ServeSettings(**values)
         # every directory and name first, then the released model (fetched on first use: a 93 MB download)
         check_unique_names([parse_model_arg(v, resolve_released=lambda: Path(RELEASED)) for v in args.model])
-        specs = [parse_model_arg(v) for v in args.model]
+        specs = [parse_model_arg(v, resolve_released=ensure_smollm2) for v in args.model]
         if args.port is not None:
             choose_ports(len(specs), settings.host, args.port)
     except ValueError as e:

@@ -1,6 +1,7 @@
 """What the teacher launcher is told and what it prints: how each server runs (`ServeSettings`), the teachers to serve
 (`--model` values as `TeacherSpec`s, checked before anything starts), and the `composer.replay.teacher_pool.teachers`
-block that points the Composer at them. Nothing here starts a process or imports the process machinery.
+block that points the Composer at them. Nothing here starts a process, imports the process machinery or fetches a
+model: the released model's directory comes from the caller (`parse_model_arg`'s `resolve_released`).
 """
 
 from __future__ import annotations
@@ -68,19 +69,17 @@ class TeacherSpec:
     model_dir: Path
 
 
-def parse_model_arg(value: str, resolve_released: Callable[[], Path] | None = None) -> TeacherSpec:
+def parse_model_arg(value: str, resolve_released: Callable[[], Path]) -> TeacherSpec:
     """`released`, `DIR`, `NAME=released` or `NAME=DIR` -> a checked TeacherSpec. Raises ValueError naming --model
-    before anything is started. The name defaults to `released` or the directory's name."""
+    before anything is started. The name defaults to `released` or the directory's name. `resolve_released` gives
+    the released model's directory, called only for `released` (the command line hands in
+    `verl_ext.pretrained.smollm2.ensure_smollm2`, which fetches it on first use)."""
     name, sep, target = value.partition("=")
     if not sep:
         name, target = "", value
     if not target:
         raise ValueError(f"--model {value!r}: give a model directory or {RELEASED!r}")
     if target == RELEASED:
-        if resolve_released is None:
-            from verl_ext.pretrained.smollm2 import ensure_smollm2
-
-            resolve_released = ensure_smollm2
         model_dir = Path(resolve_released())
         name = name or RELEASED
     else:
