@@ -74,3 +74,15 @@ def test_compact_line_of_an_agent_step_shows_its_tool_use():
     assert (
         compact_line(2, 16, metrics, 40.0) == "step  2/16 | reward 0.500 | tool call 0.75 | result used 0.50 | 40.0 s"
     )
+
+
+def test_the_summary_gives_the_large_held_out_evaluations_first_and_last():
+    text = run_summary(0.153, 0.146, None, None, None, heldout=[(0.0791015625, 1024), (0.126953125, 1024)])
+    assert text.splitlines() == [
+        "[verl_ext] validation accuracy 0.153 -> 0.146",
+        "[verl_ext] held-out accuracy 0.079 -> 0.127 (1,024 questions)",
+    ]
+    assert (
+        run_summary(None, None, None, None, None, heldout=[(0.5, 64)])
+        == "[verl_ext] held-out accuracy 0.500 (64 questions)"
+    )

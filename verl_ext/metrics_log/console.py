@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from verl_ext.metrics_log.keys import (
     KEEP_RATE_KEY,
@@ -77,14 +77,21 @@ def run_summary(
     baseline: Mapping | None,
     log_path: str | None,
     plot_path: str | None,
+    heldout: Sequence[tuple[float, int]] = (),
 ) -> str:
-    """The closing lines: validation accuracy before and after (and the stated baseline), where the log and plot are."""
+    """The closing lines: validation accuracy before and after (and the stated baseline), the large held-out
+    evaluation's first and last (`heldout`: (accuracy, questions) of each, in order; verl_ext/trainer/heldout.py),
+    where the log and plot are."""
     lines = []
     if first_val is not None and last_val is not None:
         line = f"validation accuracy {first_val:.3f} -> {last_val:.3f}"
         if baseline:
             line += f" ({baseline['label']}: {float(baseline['value']):.3f})"
         lines.append(line)
+    if heldout:
+        first, last = heldout[0][0], heldout[-1][0]
+        accs = f"{first:.3f} -> {last:.3f}" if len(heldout) > 1 else f"{last:.3f}"
+        lines.append(f"held-out accuracy {accs} ({heldout[-1][1]:,} questions)")
     if log_path:
         lines.append(f"metrics log: {log_path}")
     if plot_path:

@@ -54,6 +54,7 @@ class RunLog:
         self.resumed_row: dict | None = None  # that row as read back from the checkpoint a run resumes from
         self._val_first: float | None = None  # validation accuracy of the run's first and latest evaluation
         self._val_last: float | None = None
+        self._heldout: list[tuple[float, int]] = []  # the large held-out evaluation's (accuracy, questions), in order
 
     # ------------------------------------------------------------------ the run's start
     def open_tracker(self, config) -> None:
@@ -111,6 +112,9 @@ class RunLog:
         if val is not None:
             self._val_first = val if self._val_first is None else self._val_first
             self._val_last = val
+        held = val_accuracy(metrics, prefix="heldout")
+        if held is not None:
+            self._heldout.append((held, int(metrics.get("heldout/questions", 0))))
 
     # ------------------------------------------------------------------ a crash between a checkpoint and its row
     @contextlib.contextmanager
@@ -157,7 +161,9 @@ class RunLog:
             return []
         plot_path = self.plot() if plot and self.plot_keys else None
         if self.compact:
-            summary = run_summary(self._val_first, self._val_last, self.val_baseline, self.jsonl_path, plot_path)
+            summary = run_summary(
+                self._val_first, self._val_last, self.val_baseline, self.jsonl_path, plot_path, heldout=self._heldout
+            )
             return summary.splitlines()
         return [f"[verl_ext] metric curves: {plot_path}"] if plot_path else []
 
