@@ -560,7 +560,7 @@ class ExtRayPPOTrainer(RayPPOTrainer):
         too) and stops, whatever val_before_train says."""
         fresh, metrics = self.global_steps == 0, {}
         if (self.config.trainer.get("val_before_train", True) and fresh) or val_only:
-            phase(f"validating on {len(self.val_dataset)} held-out prompts")
+            phase(f"validating on {len(self.val_dataset)} validation prompts")
             metrics = self._validate()
             if val_only:
                 metrics.update(self.held_out_pass_at_k())
