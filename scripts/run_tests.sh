@@ -25,6 +25,11 @@ else
   rc=$?
   [ $unit -ne 0 ] && rc=$unit
 fi
+# a green multi-node run (make test-multinode: `-m multinode tests/launch`, nothing deselected by -k) stamps the code
+# it ran on; `make test` checks the stamp (tests/launch/multinode_stamp.py)
+if [ $rc -eq 0 ] && [ "$*" = "-m multinode tests/launch" ]; then
+  .venv/bin/python -m tests.launch.multinode_stamp write
+fi
 if [ $rc -eq 5 ]; then
   echo "pytest collected no tests: the suite or the selection is broken" >&2
 fi
