@@ -16,9 +16,11 @@ from omegaconf import open_dict
 from verl import DataProto
 
 from verl_ext.config.compose import compose_config
+from verl_ext.config.trainer_settings import read_heldout
 from verl_ext.metrics_log import read_jsonl
 from verl_ext.metrics_log.run_log import RunLog
 from verl_ext.trainer.clock import TrainClock
+from verl_ext.trainer.heldout import HeldoutEval
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 from verl_ext.trainer.profiling import ProfileSchedule
 
@@ -100,13 +102,7 @@ def _trainer(base_config, tmp_path, fail_at) -> Trainer:
     t.actor_rollout_wg = ActorWorkers()
     t.checkpoint_manager = SimpleNamespace(update_weights=lambda step: None)
     t.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 1)
-    try:  # the large held-out evaluation (issue 57), off as `trainer.heldout` is unset
-        from verl_ext.config.trainer_settings import read_heldout
-        from verl_ext.trainer.heldout import HeldoutEval
-
-        t.heldout = HeldoutEval(read_heldout(config))
-    except ImportError:  # a trainer without it
-        pass
+    t.heldout = HeldoutEval(read_heldout(config))  # the large held-out evaluation: off, `trainer.heldout` unset
     t._init_dump_executor()
     return t
 
