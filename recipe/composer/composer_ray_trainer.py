@@ -70,7 +70,6 @@ from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_pad
 
 from recipe.composer.config_check import FIDELITY, composer_settings
 from verl_ext.advantage.grpo_composer import composer_advantages
-from verl_ext.agent.trainer import AgentEpisodesMixin
 from verl_ext.composer.actor_loss import TOPK_PREFIX, ComposerActorLoss, unpack_topk, update_means
 from verl_ext.composer.disagreement import (
     DisagreementConfig,
@@ -97,6 +96,7 @@ from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
 from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
 from verl_ext.composer.turn_replay import TOOL_PARSERS, EpisodeTurns, answer_keys, episode_turns, turn_pairs
 from verl_ext.config.errors import ConfigError
+from verl_ext.trainer.agent_episodes import AgentEpisodesMixin
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 
 

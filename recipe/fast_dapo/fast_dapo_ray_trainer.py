@@ -23,7 +23,6 @@ from verl import DataProto
 from verl.utils.debug import marked_timer
 
 from recipe.fast_dapo.config_check import FIDELITY, CurriculumSettings, curriculum_settings
-from verl_ext.agent.trainer import AgentEpisodesMixin, ok_episode_rows
 from verl_ext.curriculum import PAD_KEY, PHASE_KEY, DataController, pad_to_multiple
 from verl_ext.curriculum.memory import probe_outcome
 from verl_ext.curriculum.staleness import (
@@ -34,6 +33,7 @@ from verl_ext.curriculum.staleness import (
     staleness_metrics,
 )
 from verl_ext.metrics_log.keys import CURRICULUM_PREFIX, MIXED_FRAC_KEY, TRAIN_BATCH_GROUPS_KEY
+from verl_ext.trainer.agent_episodes import AgentEpisodesMixin, ok_episode_rows
 from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
 from verl_ext.trainer.probe import read_pass_rates
 from verl_ext.trainer.uids import assign_uids

@@ -6,8 +6,8 @@ import json
 
 from verl_ext.agent.gateway.core import SPLIT_REASONS, TOOL_FAULTS, Drift
 from verl_ext.agent.ledger import EpisodeLedger
-from verl_ext.agent.trainer import drift_metrics
 from verl_ext.metrics_log import read_jsonl
+from verl_ext.trainer.agent_episodes import drift_metrics
 
 
 def column(*drifts: Drift):

@@ -62,7 +62,13 @@ def check_common(tmp_path, rows, n_episodes, on_policy_steps=None):
 
 
 def run(
-    tmp_path, tiny_assets, overrides, trainer="verl_ext.agent.trainer.AgentPPOTrainer", steps=2, n_tasks=8, extra=None
+    tmp_path,
+    tiny_assets,
+    overrides,
+    trainer="verl_ext.trainer.agent_episodes.AgentPPOTrainer",
+    steps=2,
+    n_tasks=8,
+    extra=None,
 ):
     from verl_ext.trainer.task_runner import ExtTaskRunner
 

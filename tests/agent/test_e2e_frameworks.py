@@ -60,7 +60,7 @@ def test_framework_agents_train_with_grpo(ray_cpu, tiny_assets, tool_model_dir, 
             f"++trainer.jsonl_metrics_path={tmp_path / 'metrics.jsonl'}",
             "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.actor.use_kl_loss=false",
-            "+trainer.trainer_cls=verl_ext.agent.trainer.AgentPPOTrainer",
+            "+trainer.trainer_cls=verl_ext.trainer.agent_episodes.AgentPPOTrainer",
         ],
     )
     run_task_runner(ExtTaskRunner, cfg, timeout=1800)

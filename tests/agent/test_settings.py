@@ -67,7 +67,7 @@ def test_bad_values_name_the_key(block, match):
         AgentSettings.from_mapping(block)
 
 
-def _config(loop: str, mode: str = "async", block=None, trainer_cls="verl_ext.agent.trainer.AgentPPOTrainer"):
+def _config(loop: str, mode: str = "async", block=None, trainer_cls="verl_ext.trainer.agent_episodes.AgentPPOTrainer"):
     cfg = {
         "actor_rollout_ref": {"rollout": {"mode": mode, "agent": {"default_agent_loop": loop}}},
         "trainer": {"trainer_cls": trainer_cls},

@@ -1,7 +1,7 @@
 """Bad input fails in the driver, in seconds, naming the key, before Ray starts (issue 23); good presets pass unchanged.
 
 The table runs each bad input through the same check the drivers run (`check` of recipe.fast_dapo.main and
-recipe.composer.main, `prepare` + `agent_check` of verl_ext.agent.main, the campaign's and the job submission's
+recipe.composer.main, `prepare` + `agent_check` of verl_ext.trainer.agent_main, the campaign's and the job submission's
 pre-flight) on a config composed in-process; a few representative rows run the real drivers as subprocesses to show
 the whole thing: exit code 2, the key in the message, under 20 s, and no Ray session started. Bad data and model
 files are small files written here; the good ones are the tiny assets.
@@ -266,7 +266,7 @@ def test_the_heldout_set_is_checked_like_the_data(tiny_assets, tmp_path):
 
 # ------------------------------------------------------------------------------------------------- agent driver
 def _agent(tiny_assets, tmp_path, *extra):
-    from verl_ext.agent.main import agent_check, prepare
+    from verl_ext.trainer.agent_main import agent_check, prepare
 
     base = [*tiny_run_overrides(tiny_assets, tmp_path, 2), "algorithm.adv_estimator=grpo", LOOP, AGENT_CMD]
     cfg, settings = prepare([*base, *extra])
@@ -421,7 +421,10 @@ def _run_driver(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
             [*COMPOSER, "data.train_files=/no.parquet"],
             "data.train_files: '/no.parquet' does not exist",
         ),
-        (["-m", "verl_ext.agent.main", LOOP, "+external_agent.command=/no/such/agent"], "external_agent.command"),
+        (
+            ["-m", "verl_ext.trainer.agent_main", LOOP, "+external_agent.command=/no/such/agent"],
+            "external_agent.command",
+        ),
     ],
     ids=["fast_dapo", "composer", "agent"],
 )

@@ -7,7 +7,7 @@ import pytest
 
 from recipe.composer.composer_ray_trainer import AgentComposerTrainer, RayComposerTrainer
 from recipe.fast_dapo.fast_dapo_ray_trainer import AgentFastDAPOTrainer, RayFastDAPOTrainer
-from verl_ext.agent.trainer import AgentEpisodesMixin, AgentPPOTrainer
+from verl_ext.trainer.agent_episodes import AgentEpisodesMixin, AgentPPOTrainer
 from verl_ext.trainer.ppo_trainer import HOOKS, ExtRayPPOTrainer
 
 TRAINERS = [RayFastDAPOTrainer, AgentFastDAPOTrainer, RayComposerTrainer, AgentComposerTrainer, AgentPPOTrainer]

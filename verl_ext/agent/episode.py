@@ -2,9 +2,9 @@
 
 An episode ends in exactly one status. Only `ok` episodes are trained; every other status is dropped, and a
 dropped episode still occupies its row of verl's batch (verl's batch shape is fixed by the dataloader) as a
-placeholder whose response mask is all 0, so it contributes no loss, and which `verl_ext.agent.trainer` moves out
-of its task's advantage group and records in the episode log. Nothing is dropped silently: the status is a column of
-the batch and a counter of the step's metrics.
+placeholder whose response mask is all 0, so it contributes no loss, and which `verl_ext.trainer.agent_episodes`
+moves out of its task's advantage group and records in the episode log. Nothing is dropped silently: the status is a
+column of the batch and a counter of the step's metrics.
 
 Statuses, in the order they are checked:
 - `timeout`:  the agent process did not finish within `external_agent.timeout_s` (it is killed);

@@ -16,7 +16,7 @@ free port; with a fixed port each further worker takes the next free one), gener
 Groups for advantages are verl's: the n rollouts of one dataset row share its uid, so the n episodes of one task
 form the group. A dropped episode (crash, timeout, no score, rewritten history) still fills its row as a
 placeholder with response mask 0 and status columns `agent_status`, `agent_episode_id` (see
-`verl_ext.agent.trainer`, which moves it out of its group and logs it).
+`verl_ext.trainer.agent_episodes`, which moves it out of its group and logs it).
 """
 
 from __future__ import annotations

@@ -193,11 +193,11 @@ def _check_trainer_cls(path) -> None:
     from verl.utils.import_utils import load_class_from_fqn
 
     cls = load_class_from_fqn(path, "trainer") if path else None
-    # `verl_ext.agent.trainer.AgentEpisodesMixin` sets the flag; read as an attribute, so this module (which the
-    # trainer imports) does not import the trainer
+    # `verl_ext.trainer.agent_episodes.AgentEpisodesMixin` sets the flag; read as an attribute, so this module
+    # (which the trainer imports) does not import the trainer
     if cls is None or not getattr(cls, "handles_agent_episodes", False):
         raise ConfigError(
             f"external_agent needs a trainer that handles agent episodes, got trainer.trainer_cls={path!r}: use "
-            "verl_ext.agent.trainer.AgentPPOTrainer, or a recipe's (recipe.fast_dapo.fast_dapo_ray_trainer."
+            "verl_ext.trainer.agent_episodes.AgentPPOTrainer, or a recipe's (recipe.fast_dapo.fast_dapo_ray_trainer."
             "AgentFastDAPOTrainer, recipe.composer.composer_ray_trainer.AgentComposerTrainer)"
         )

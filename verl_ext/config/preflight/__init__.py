@@ -1,6 +1,6 @@
 """Pre-flight: resolve what a run will need and check it in the driver, before `ray.init`.
 
-Every driver (the recipes' `main` modules, `verl_ext.agent.main`) runs its own settings check and then
+Every driver (the recipes' `main` modules, `verl_ext.trainer.agent_main`) runs its own settings check and then
 `preflight(cfg, recipe, ...)`, so that a typo fails in seconds with a `ConfigError` naming the key and its value
 instead of minutes later inside a Ray worker, after the model was loaded onto every GPU. The cluster job path
 (`verl_ext/launch/job.py`) and a campaign run the same driver check before submitting (`check_composed`, with the

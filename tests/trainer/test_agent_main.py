@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from verl_ext.agent.main import DEFAULT_TRAINER, prepare
+from verl_ext.trainer.agent_main import DEFAULT_TRAINER, prepare
 
 LOOP = "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent"
 

@@ -272,4 +272,4 @@ def torch_index(mask: np.ndarray):
 
 
 class AgentPPOTrainer(AgentEpisodesMixin, ExtRayPPOTrainer):
-    """Plain PPO/GRPO on agent episodes (`verl_ext.agent.main`'s default `trainer.trainer_cls`)."""
+    """Plain PPO/GRPO on agent episodes (`verl_ext.trainer.agent_main`'s default `trainer.trainer_cls`)."""

@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from verl import DataProto
 
-from verl_ext.agent.trainer import AgentEpisodesMixin, apply_episode_outcomes, ok_episode_rows
+from verl_ext.trainer.agent_episodes import AgentEpisodesMixin, apply_episode_outcomes, ok_episode_rows
 
 
 def batch_of(status, versions, masks):

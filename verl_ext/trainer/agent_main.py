@@ -1,12 +1,12 @@
 """Train an external agent with the project's PPO/GRPO trainer on verl's `ppo_trainer` config:
 
-    python -m verl_ext.agent.main +backend=cpu data.train_files=tasks.parquet ... \
+    python -m verl_ext.trainer.agent_main +backend=cpu data.train_files=tasks.parquet ... \
         actor_rollout_ref.rollout.agent.default_agent_loop=external_agent \
         +external_agent.command='python my_agent.py'
 
 Overrides are Hydra overrides of verl's `ppo_trainer` config (with the project's config groups on the search path).
-`trainer.trainer_cls` defaults to `verl_ext.agent.trainer.AgentPPOTrainer`. The `external_agent` block is checked
-here, in the driver, before Ray starts. The recipes (`recipe.fast_dapo.main`, `recipe.composer.main`) take the
+`trainer.trainer_cls` defaults to `verl_ext.trainer.agent_episodes.AgentPPOTrainer`. The `external_agent` block is
+checked here, in the driver, before Ray starts. The recipes (`recipe.fast_dapo.main`, `recipe.composer.main`) take the
 same overrides with `trainer.trainer_cls=recipe.fast_dapo.fast_dapo_ray_trainer.AgentFastDAPOTrainer` /
 `recipe.composer.composer_ray_trainer.AgentComposerTrainer` (each recipe composes its agent trainer).
 """
@@ -19,7 +19,7 @@ from omegaconf import open_dict
 
 from verl_ext.agent.settings import check_config
 
-DEFAULT_TRAINER = "verl_ext.agent.trainer.AgentPPOTrainer"
+DEFAULT_TRAINER = "verl_ext.trainer.agent_episodes.AgentPPOTrainer"
 
 
 def prepare(overrides: list[str]):
@@ -35,7 +35,7 @@ def prepare(overrides: list[str]):
     settings = check_config(cfg)
     if settings is None:
         raise ValueError(
-            "verl_ext.agent.main trains external agents: set "
+            "verl_ext.trainer.agent_main trains external agents: set "
             "actor_rollout_ref.rollout.agent.default_agent_loop=external_agent"
         )
     return cfg, settings
