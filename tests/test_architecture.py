@@ -577,3 +577,46 @@ def test_the_layout_check_sees_a_stray_folder(tmp_path):
         if init:
             (tmp_path / "tests" / folder / "__init__.py").write_text("")
     assert misplaced_test_folders(tmp_path / "tests", tmp_path) == ["composer", "helpers"]
+
+
+# ------------------------------------------------------------------------------------------------- sizes
+# The trainer in rooms (loop, step, checkpoints, ...): no file of verl_ext/trainer/ over this many lines.
+MAX_TRAINER_FILE_LINES = 400
+# Functions whose body (docstring left out) runs over LONG_FUNCTION lines, in the library and the recipes: at most
+# MAX_LONG_FUNCTIONS (a long one reads as several steps that want names of their own).
+LONG_FUNCTION, MAX_LONG_FUNCTIONS = 50, 3
+
+
+def _body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return body[-1].end_lineno - body[0].lineno + 1 if body else 0
+
+
+def long_functions(roots: list[Path], limit: int = LONG_FUNCTION) -> list[tuple[str, str, int]]:
+    """(file, function, body lines) of every function or method longer than `limit` under `roots`."""
+    out = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _body_lines(node) > limit:
+                    out.append((str(path.relative_to(root)), node.name, _body_lines(node)))
+    return out
+
+
+def test_no_trainer_file_is_over_the_limit():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT / PACKAGE / "trainer").glob("*.py")}
+    assert {k: v for k, v in sizes.items() if v > MAX_TRAINER_FILE_LINES} == {}
+
+
+def test_few_functions_run_long():
+    long = long_functions([ROOT / PACKAGE, ROOT / "recipe"])
+    assert len(long) <= MAX_LONG_FUNCTIONS, sorted(long, key=lambda x: -x[2])
+
+
+def test_the_length_count_sees_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(LONG_FUNCTION + 1))
+    source = f'def f():\n    """doc\n    doc"""\n{body}\n\n\ndef g():\n    """only a docstring"""\n'
+    (tmp_path / "m.py").write_text(source)
+    assert [(name, n) for _, name, n in long_functions([tmp_path])] == [("f", LONG_FUNCTION + 1)]

@@ -85,6 +85,7 @@ from verl_ext.composer.disagreement import (
 from verl_ext.composer.hints import (
     answer_columns,
     error_sites_for_batch,
+    failed_coverage,
     hint_templates,
     plan_teacher_rows,
     restrict_rows,
@@ -93,11 +94,12 @@ from verl_ext.composer.hints import (
 from verl_ext.composer.replay import grpo_pg_loss, pair_rows, replay_block, update_batch
 from verl_ext.composer.rows import pad_rows, prompt_response_tokens
 from verl_ext.composer.sdpo import SdpoInputs, SdpoPlan
-from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest
+from verl_ext.composer.teacher_pool import TeacherPool, TeacherRequest, check_teachers_up
 from verl_ext.composer.turn_replay import TOOL_PARSERS, EpisodeTurns, answer_keys, episode_turns, turn_pairs
 from verl_ext.config.errors import ConfigError
 from verl_ext.trainer.agent_episodes import AgentEpisodesMixin
-from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
+from verl_ext.trainer.step import StepState
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,10 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         self.pair_reader: PairReader | None = None
         if self.settings.replay_on:
             self.pool = TeacherPool(self.settings.pool)
-            self.pair_writer = PairWriter(self.settings.pairs_path)
-            self.pair_reader = PairReader(self.settings.pairs_path)
+            self.pair_writer = PairWriter(self.settings.replay.pairs_path)
+            self.pair_reader = PairReader(self.settings.replay.pairs_path)
             self.disagreement = DisagreementConfig(
-                rule=self.settings.rule, min_agree=self.settings.min_agree, normalize=answer_key
+                rule=self.settings.replay.rule, min_agree=self.settings.replay.min_agree, normalize=answer_key
             )
         self._pending: list = []  # (Future, step, prompt groups) of teacher queries not yet turned into pairs
         self._pair_queue: deque[DPOPair] = deque()
@@ -142,7 +144,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
 
     @property
     def full_logit_sdpo(self) -> bool:
-        return self.settings.sdpo_on and self.settings.sdpo_form == "full_logit"
+        return self.settings.sdpo_on and self.settings.sdpo.form == "full_logit"
 
     def init_workers(self):
         super().init_workers()
@@ -152,10 +154,10 @@ class RayComposerTrainer(ExtRayPPOTrainer):
                 ComposerActorLoss(
                     omega_conf_to_dataclass(self.config.actor_rollout_ref.actor),
                     alpha_sdpo=s.alpha_sdpo if self.full_logit_sdpo else 0.0,
-                    jsd_beta=s.jsd_beta,
-                    token_clip=s.token_clip,
+                    jsd_beta=s.sdpo.jsd_beta,
+                    token_clip=s.sdpo.token_clip,
                     beta_replay=s.beta_replay,
-                    beta_dpo=s.beta_dpo,
+                    beta_dpo=s.replay.beta_dpo,
                 )
             )
 
@@ -308,8 +310,8 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _sdpo_inputs(self, batch: DataProto) -> SdpoInputs:
         """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs (sdpo.SdpoPlan)."""
         b = batch.batch
-        texts = self._decode_responses(batch) if self.settings.sibling_solution else None
-        rules = self.settings.tool_error_rules
+        texts = self._decode_responses(batch) if self.settings.sdpo.sibling_solution else None
+        rules = self.settings.sdpo.tool_error_rules
         sites = error_sites_for_batch(batch.non_tensor_batch, texts, tool_error_rules=rules)
         prompt_ids, response_ids = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
         rows = plan_teacher_rows(
@@ -318,12 +320,13 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             b["response_mask"],
             sites,
             self.tokenizer,
-            mode=self.settings.hint_mode,
+            mode=self.settings.sdpo.hint_mode,
             templates=hint_templates(rules),
         )
         kinds = [site.error_kind for row in sites for site in row]
         answer_metrics = {f"sdpo/sites/{r.kind}": float(kinds.count(r.kind)) for r in rules}
-        if self.settings.sdpo_sites == "answer":  # only the final answer's tokens; a site without one is dropped
+        answer_metrics.update(failed_coverage(sites, batch.non_tensor_batch.get("acc")))
+        if self.settings.sdpo.sites == "answer":  # only the final answer's tokens; a site without one is dropped
             kept = restrict_rows(rows, answer_columns(response_ids, b["response_mask"].shape[1], self.tokenizer))
             answer_metrics["sdpo/sites_without_answer"] = float(len(rows) - len(kept))
             rows = kept
@@ -333,7 +336,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         else:
             teacher_rows = plan.teacher_rows(b["response_mask"], self.tokenizer.pad_token_id)
             if self.full_logit_sdpo:
-                lp, ids = self._score_topk(teacher_rows, self.settings.teacher_topk)
+                lp, ids = self._score_topk(teacher_rows, self.settings.sdpo.teacher_topk)
                 # Each rollout mini-batch's term is then its sites' batchmean JSD in expectation (actor_loss.py).
                 inputs = plan.full_logit(teacher_rows, lp, ids, n_minibatches=len(batch) / self.minibatch_rows)
             else:
@@ -355,11 +358,14 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             if not last:
                 self._submit_teacher_queries(batch)
         stats = self.pool.stats()
+        check_teachers_up(stats, self.settings.pool.on_teacher_down)
         return block, {
             **replay_metrics,
             **self.tally.metrics(built),
             "teacher/calls": float(stats["calls"]),
             "teacher/failures": float(sum(stats["failures"].values())),
+            **{f"teacher/failures/{name}": float(n) for name, n in stats["failures_by_teacher"].items()},
+            "teacher/down": float(len(stats["down"])),
             "teacher/cache_hits": float(stats["cache_hits"]),
             "teacher/tokens": float(stats["tokens"]),
             "teacher/pending_queries": float(len(self._pending)),
@@ -449,7 +455,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
     def _replay_rows(self, batch: DataProto) -> tuple[DataProto | None, dict]:
         """Up to max_pairs_per_step queued pairs as one extra actor mini-batch with DPO columns, and their metrics
         (the DPO loss before the update); (None, {}) with no queued pair."""
-        n_pairs = min(len(self._pair_queue), self.settings.max_pairs_per_step)
+        n_pairs = min(len(self._pair_queue), self.settings.replay.max_pairs_per_step)
         if n_pairs == 0:
             return None, {}
         pairs = [self._pair_queue.popleft() for _ in range(n_pairs)]
@@ -459,7 +465,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             rows,
             self._score_rows(rows),
             self._score_rows(rows, ref=True),
-            beta_dpo=self.settings.beta_dpo,
+            beta_dpo=self.settings.replay.beta_dpo,
             n_slots=self.minibatch_rows // 2,
             batch_keys=b.keys(),
         )

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from omegaconf import DictConfig, OmegaConf
 
+from verl_ext.composer.disagreement import RULES
 from verl_ext.composer.hints import DEFAULT_HINT_TEMPLATES
 from verl_ext.composer.teacher_pool import TeacherPoolConfig
 from verl_ext.composer.tool_errors import ToolErrorRule, check_templates
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.fields import setting
 from verl_ext.config.settings import YamlDefaults, read_settings, set_fields
 from verl_ext.trainer.fidelity import TrainerFidelity
 from verl_ext.trainer.recipe_checks import check_recipe_run
@@ -30,41 +33,26 @@ SDPO_SITES = ("response", "answer")
 __all__ = ["DEFAULTS", "ConfigError", "ComposerSettings", "composer_settings", "prepare_config"]
 
 
+# The blocks' fields declare their types, choices and bounds (enforced by read_settings); their defaults and the
+# full account of each key live in composer.yaml only.
 @dataclass(frozen=True)
 class SdpoBlock:
     """composer.sdpo, checked whether or not the channel is on."""
 
-    hint_mode: str
-    sibling_solution: bool
-    form: str
-    sites: str
-    teacher_topk: int | None  # null: the whole vocabulary (0 once read)
-    jsd_beta: float
-    token_clip: float | None
-    tool_error_rules: list  # as written; a tuple of ToolErrorRule once read
+    hint_mode: Literal[HINT_MODES] = setting(help="where the hint goes in the teacher's context")
+    sibling_solution: bool = setting(help="a successful sibling's response as the hint when one exists")
+    form: Literal[SDPO_FORMS] = setting(help="the JSD on the logits in the actor loss, or the sampled-token advantage")
+    sites: Literal[SDPO_SITES] = setting(help="the failed turn's tokens that carry the term: all, or the answer's")
+    teacher_topk: int | None = setting(ge=1, help="teacher log-probs kept per site token; null = the whole vocabulary")
+    jsd_beta: float = setting(ge=0.0, le=1.0, help="generalized JSD beta: 0 forward KL, 1 reverse KL")
+    token_clip: float | None = setting(gt=0.0, help="upper clip of each per-vocabulary JSD summand; null = off")
+    tool_error_rules: list | None = setting(help="rules that turn a failed tool result into an error site")
 
     def __post_init__(self):
-        if self.hint_mode not in HINT_MODES:
-            raise ConfigError(f"composer.sdpo.hint_mode must be one of {HINT_MODES}, got {self.hint_mode!r}")
-        if self.form not in SDPO_FORMS:
-            raise ConfigError(f"composer.sdpo.form must be one of {SDPO_FORMS}, got {self.form!r}")
-        if self.sites not in SDPO_SITES:
-            raise ConfigError(f"composer.sdpo.sites must be one of {SDPO_SITES}, got {self.sites!r}")
-        topk = 0 if self.teacher_topk is None else int(self.teacher_topk)
-        if topk < 0:
-            raise ConfigError(f"composer.sdpo.teacher_topk must be >= 1 or null (the whole vocabulary), got {topk}")
-        jsd_beta = float(self.jsd_beta)
-        if not 0.0 <= jsd_beta <= 1.0:
-            raise ConfigError(f"composer.sdpo.jsd_beta must be in [0, 1], got {jsd_beta}")
-        token_clip = None if self.token_clip is None else float(self.token_clip)
-        if token_clip is not None and not token_clip > 0:
-            raise ConfigError(f"composer.sdpo.token_clip must be > 0 or null, got {token_clip}")
+        # null top-k is the whole vocabulary, which the trainer reads as 0
         set_fields(
             self,
-            sibling_solution=bool(self.sibling_solution),
-            teacher_topk=topk,
-            jsd_beta=jsd_beta,
-            token_clip=token_clip,
+            teacher_topk=self.teacher_topk or 0,
             tool_error_rules=read_tool_error_rules(self.tool_error_rules),
         )
 
@@ -92,47 +80,31 @@ def read_tool_error_rules(written) -> tuple[ToolErrorRule, ...]:
 class ReplayBlock:
     """composer.replay; `teacher_pool` as written (a TeacherPoolConfig is read from it only when replay is on)."""
 
-    beta_dpo: float
-    max_pairs_per_step: int
-    rule: str
-    min_agree: int
-    pairs_path: str | None
-    teacher_pool: dict
-
-    def __post_init__(self):
-        beta_dpo = float(self.beta_dpo)
-        if not beta_dpo > 0:
-            raise ConfigError(f"composer.replay.beta_dpo must be > 0, got {beta_dpo}")
-        max_pairs, min_agree = int(self.max_pairs_per_step), int(self.min_agree)
-        set_fields(self, beta_dpo=beta_dpo, max_pairs_per_step=max_pairs, rule=str(self.rule), min_agree=min_agree)
+    beta_dpo: float = setting(gt=0.0, help="the DPO temperature")
+    max_pairs_per_step: int = setting(ge=1, help="pairs trained per step (at most half the extra mini-batch)")
+    rule: Literal[RULES] = setting(help="when the teachers' answers make a pair")
+    min_agree: int = setting(ge=1, help="teachers that must agree under rule=majority")
+    pairs_path: str | None = setting(help="the JSONL of DPO pairs, appended as teacher answers arrive")
+    teacher_pool: dict | None = setting(help="the teachers (read when replay is on)")
 
 
 @dataclass(frozen=True)
 class ComposerBlock:
     """The `composer` block: the replay channel's weight and the two channels' settings."""
 
-    beta_replay: float
+    beta_replay: float | None = setting(ge=0.0, help="channel 3's weight; 0 or null = off")
     sdpo: SdpoBlock
     replay: ReplayBlock
 
 
 @dataclass(frozen=True)
 class ComposerSettings:
+    """A run's Composer: the channel weights, the two channels' blocks as read, and the teacher pool."""
+
     alpha_sdpo: float
     beta_replay: float
-    hint_mode: str
-    sibling_solution: bool
-    sdpo_form: str
-    sdpo_sites: str
-    teacher_topk: int  # <= 0: the whole vocabulary
-    jsd_beta: float
-    token_clip: float | None
-    tool_error_rules: tuple[ToolErrorRule, ...]
-    beta_dpo: float
-    max_pairs_per_step: int
-    rule: str
-    min_agree: int
-    pairs_path: str | None
+    sdpo: SdpoBlock
+    replay: ReplayBlock
     pool: TeacherPoolConfig | None  # None when beta_replay == 0: no teacher is ever called
 
     @property
@@ -195,19 +167,7 @@ def composer_settings(cfg: DictConfig) -> ComposerSettings:
     _check_max_pairs(cfg, replay, beta)
     pool = _teacher_pool(cfg, replay) if beta > 0 else None
     check_recipe_run(cfg, "the composer recipe", FIDELITY)
-    # the two blocks flattened (their keys, `form` and `sites` as sdpo_form and sdpo_sites), with the channel weights
-    # and the pool
-    sdpo_fields = {k: v for k, v in vars(sdpo).items() if k not in ("form", "sites")}
-    replay_fields = {k: v for k, v in vars(replay).items() if k != "teacher_pool"}
-    return ComposerSettings(
-        alpha_sdpo=alpha,
-        beta_replay=beta,
-        sdpo_form=sdpo.form,
-        sdpo_sites=sdpo.sites,
-        pool=pool,
-        **sdpo_fields,
-        **replay_fields,
-    )
+    return ComposerSettings(alpha_sdpo=alpha, beta_replay=beta, sdpo=sdpo, replay=replay, pool=pool)
 
 
 def _check_max_pairs(cfg: DictConfig, replay: ReplayBlock, beta: float) -> None:
@@ -231,7 +191,7 @@ def _check_max_pairs(cfg: DictConfig, replay: ReplayBlock, beta: float) -> None:
 def _teacher_pool(cfg: DictConfig, replay: ReplayBlock) -> TeacherPoolConfig:
     """What replay needs when it is on: the pairs file, a valid teacher pool (returned; a key it leaves out takes
     composer.yaml's value, resolved against the run's config: the cache goes in the run's directory), verl's
-    reference model, a valid disagreement rule and the update order of _check_replay_update_order."""
+    reference model and the update order of _check_replay_update_order."""
     if not replay.pairs_path:
         raise ConfigError("composer.beta_replay > 0 needs composer.replay.pairs_path (the DPO pairs JSONL)")
     where = "composer.replay.teacher_pool"
@@ -243,12 +203,6 @@ def _teacher_pool(cfg: DictConfig, replay: ReplayBlock) -> TeacherPoolConfig:
             "composer.beta_replay > 0 needs verl's reference model for the DPO reference log-probs: set "
             "actor_rollout_ref.actor.use_kl_loss=true (kl_loss_coef may be 0.0) or algorithm.use_kl_in_reward=true"
         )
-    from verl_ext.composer.disagreement import DisagreementConfig
-
-    try:
-        DisagreementConfig(rule=replay.rule, min_agree=replay.min_agree)
-    except ValueError as e:
-        raise ConfigError(f"composer.replay: {e}") from e
     _check_replay_update_order(cfg)
     return pool
 

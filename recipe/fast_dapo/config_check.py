@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.fields import setting
 from verl_ext.config.settings import YamlDefaults, as_dict, block_keys, read_from, read_settings, set_fields
 from verl_ext.curriculum.memory import MemorySettings
 from verl_ext.trainer.fidelity import TrainerFidelity
@@ -39,18 +41,9 @@ class AutoGenBatch:
     (verl_ext/curriculum/screen_size.py); data.gen_batch_size is then the most a call screens. Values and their
     reasons: fast_dapo.yaml."""
 
-    enable: bool
-    confidence: float  # probability that a call keeps enough; a shortfall costs a whole extra call
-    window: int  # screening calls pooled for the keep-rate estimate
-
-    def __post_init__(self):
-        if not isinstance(self.enable, bool):
-            raise ConfigError(f"curriculum.auto_gen_batch.enable must be true or false, got {self.enable!r}")
-        c = self.confidence
-        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 < c < 1:
-            raise ConfigError(f"curriculum.auto_gen_batch.confidence must be in (0, 1), got {c!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ConfigError(f"curriculum.auto_gen_batch.window must be an int >= 1, got {self.window!r}")
+    enable: bool = setting(help="screen just enough prompts per call from the measured keep rate")
+    confidence: float = setting(gt=0.0, lt=1.0, help="probability that a call keeps enough prompts")
+    window: int = setting(ge=1, help="screening calls pooled for the keep-rate estimate")
 
 
 @dataclass(frozen=True)
@@ -60,49 +53,34 @@ class CurriculumSettings:
     works with, read from the verl keys their `read_from` names. Validated on construction; `mode` is "plain" when
     `enable` is false."""
 
-    enable: bool  # false: plain sampling (N responses per prompt, no filter)
-    mode: str  # "fast" | "dapo"; "plain" when enable is false
-    filter_metric: str
-    max_num_gen_batches: int  # 0 = no limit
-    max_screen_staleness: int | None  # None = never re-screen
+    enable: bool = setting(help="false: plain sampling (N responses per prompt, no filter)")
+    mode: Literal[MODES] = setting(help="fast (screen n, continue N - n) or dapo (N, drop uniform groups)")
+    filter_metric: str = setting(help="the reward's per-response metric whose variation keeps a group")
+    max_num_gen_batches: int = setting(ge=0, help="generation calls per step at most; 0 = no limit")
+    max_screen_staleness: int | None = setting(ge=0, help="steps a kept screening may wait; null = never re-screen")
     memory: MemorySettings  # curriculum.memory (pass-rate memory)
     auto_gen_batch: AutoGenBatch  # curriculum.auto_gen_batch (screen just enough per call)
-    n_continue: int  # N - n
-    n: int = read_from("actor_rollout_ref.rollout.n")  # screening responses per fresh prompt (fast)
-    train_batch_size: int = read_from("data.train_batch_size")  # groups per training step
-    gen_batch_size: int | None = read_from("data.gen_batch_size")  # fresh prompts drawn per call; null: a batch
+    n_continue: int = setting(ge=0, help="N - n: responses added to a kept prompt")
+    n: int = read_from("actor_rollout_ref.rollout.n", help="screening responses per fresh prompt (fast)")
+    train_batch_size: int = read_from("data.train_batch_size", help="groups per training step")
+    gen_batch_size: int | None = read_from("data.gen_batch_size", help="fresh prompts drawn per call; null: a batch")
 
     @property
     def N(self) -> int:
         return self.n + self.n_continue
 
     def __post_init__(self):
-        if not isinstance(self.enable, bool):
-            raise ConfigError(f"curriculum.enable must be true or false, got {self.enable!r}")
-        if self.enable and self.mode not in MODES:
-            raise ConfigError(
-                f"curriculum.mode={self.mode!r}: choose one of {MODES} (or curriculum.enable=false for plain)"
-            )
-        train_batch_size = int(self.train_batch_size)
         set_fields(
             self,
             mode=self.mode if self.enable else "plain",
-            filter_metric=str(self.filter_metric),
-            max_num_gen_batches=int(self.max_num_gen_batches),
-            n_continue=int(self.n_continue),
-            n=int(self.n),
-            train_batch_size=train_batch_size,
             # null: train_batch_size (verl's meaning of null)
-            gen_batch_size=train_batch_size if self.gen_batch_size is None else int(self.gen_batch_size),
+            gen_batch_size=self.train_batch_size if self.gen_batch_size is None else self.gen_batch_size,
         )
         self._check()
 
     def _check(self) -> None:
-        if self.n < 1 or self.n_continue < 0:
-            raise ConfigError(
-                "need actor_rollout_ref.rollout.n >= 1 and n_continue >= 0, "
-                f"got n={self.n}, n_continue={self.n_continue}"
-            )
+        if self.n < 1:
+            raise ConfigError(f"need actor_rollout_ref.rollout.n >= 1, got n={self.n}")
         if self.mode == "fast" and self.n < 2:
             raise ConfigError(
                 "curriculum.mode=fast screens with n responses and keeps prompts whose filter metric varies: "
@@ -115,11 +93,6 @@ class CurriculumSettings:
                 "data.gen_batch_size and data.train_batch_size must be >= 1, "
                 f"got {self.gen_batch_size}, {self.train_batch_size}"
             )
-        k = self.max_screen_staleness
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-            raise ConfigError(
-                f"curriculum.max_screen_staleness must be null (never re-screen) or an int >= 0, got {k!r}"
-            )
         if self.memory.enable and self.mode == "plain":
             raise ConfigError(
                 "curriculum.memory.enable=true needs curriculum.enable=true (mode fast or dapo): plain "
@@ -130,8 +103,6 @@ class CurriculumSettings:
                 "curriculum.auto_gen_batch.enable=true needs curriculum.enable=true (mode fast or dapo): plain "
                 "sampling generates for data.train_batch_size prompts a step, there is no screening to size"
             )
-        if self.max_num_gen_batches < 0:
-            raise ConfigError("curriculum.max_num_gen_batches must be >= 0 (0 = no limit)")
         if not self.filter_metric:
             raise ConfigError("curriculum.filter_metric must name a reward key (acc, score, ...)")
 

@@ -34,8 +34,9 @@ from verl_ext.curriculum.staleness import (
 )
 from verl_ext.metrics_log.keys import CURRICULUM_PREFIX, MIXED_FRAC_KEY, TRAIN_BATCH_GROUPS_KEY
 from verl_ext.trainer.agent_episodes import AgentEpisodesMixin, ok_episode_rows
-from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, StepState
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 from verl_ext.trainer.probe import read_pass_rates
+from verl_ext.trainer.step import StepState
 from verl_ext.trainer.uids import assign_uids
 
 

@@ -71,7 +71,7 @@ def test_requirements_per_estimator():
         ({"uncertainty_kind": "varentropy"}, "unknown uncertainty_kind"),
         ({"gtpo_beta": -0.1}, "gtpo_beta must be >= 0"),
         ({"gtpo_beta": "big"}, "gtpo_beta must be a number"),
-        ({"hicra_alpha": 1.5}, "hicra_alpha must be in"),
+        ({"hicra_alpha": 1.5}, r"algorithm.hicra_alpha must be <= 1.0, got 1.5 \(.*flips the sign"),
         ({"sepa": {"schedule": "cosine"}}, "sepa.schedule"),
         ({"sepa": {"steps": -1}}, "sepa.steps"),
         ({"sepa": {"steps": 2.5}}, "sepa.steps must be an integer"),

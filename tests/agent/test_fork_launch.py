@@ -110,7 +110,7 @@ def test_fork_is_the_default_launch():
 
     assert AgentSettings.from_mapping({"command": [sys.executable, AGENT]}).launch == "fork"
     assert AgentSettings.from_mapping({"command": [sys.executable, AGENT], "launch": "process"}).launch == "process"
-    with pytest.raises(ConfigError, match="one of \\('fork', 'process', 'pool'\\)"):
+    with pytest.raises(ConfigError, match=r"external_agent.launch must be one of \['fork', 'process', 'pool'\]"):
         AgentSettings.from_mapping({"command": [sys.executable, AGENT], "launch": "forkserver"})
 
 

@@ -185,6 +185,25 @@ def test_table_at_a_step_compares_arms_step_for_step():
     assert all(r.summary.n == 0 for r in final_table(campaign, VAL, "base", step=3))
 
 
+def test_table_by_training_time_reads_each_runs_last_value_logged_by_then():
+    """--at-minutes: a run's value by T seconds of training time is the last one logged at a row whose time is at most
+    T (time 2 s a step here; validation every 5 steps): by 15 s, step 5's; by 20 s, step 10's; before any
+    validation in the loop, none (the value before training has no training time)."""
+    from verl_ext.campaign.summary import final_value
+
+    run = synthetic_run(0.02, 0)
+    assert final_value(run, VAL, within=(TIME, 15.0)) == pytest.approx(0.1 + 0.02 * 5)
+    assert final_value(run, VAL, within=(TIME, 20.0)) == pytest.approx(0.1 + 0.02 * 10)
+    assert final_value(run, VAL, within=(TIME, 9.0)) is None
+    campaign = {
+        "base": {s: synthetic_run(0.02, s) for s in (0, 1, 2)},
+        "fast": {s: synthetic_run(0.03, s) for s in (0, 1, 2)},
+    }
+    by15 = {r.condition: r for r in final_table(campaign, VAL, "base", within=(TIME, 15.0))}
+    assert by15["fast"].diff == pytest.approx(0.05) and by15["fast"].summary.n == 3
+    assert by15["fast"].paired.value == pytest.approx(0.05) and by15["fast"].paired.n == 3
+
+
 def test_first_reach_costs(campaign):
     # base seed 1: val 0.11 (step 0), 0.21 (5), 0.31 (10). Target 0.2 -> step 5, 5000 * 2 tokens, 10 s.
     hit = first_reach(campaign["base"][1], VAL, 0.2, [TOK, TIME])
@@ -462,9 +481,13 @@ def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, cam
     md = (out / "demo" / "report.md").read_text()
     assert f"`{VAL}` at step 5" in md and f"`{VAL}` at step 7" not in md  # 7: off the validation grid
     assert "`critic/score/mean` at step 7" in md  # logged every step
-    assert main([*args, "--change", "0", "5"]) == 0
+    assert main([*args, "--at-minutes", "0.25"]) == 0  # 15 s of training time: step 5's validation
+    md = (out / "demo" / "report.md").read_text()
+    assert f"`{VAL}` by 0.25 min of training time" in md
+    assert main([*args, "--change", "0", "5", "--half-width", "0.02"]) == 0
     md = (out / "demo" / "report.md").read_text()
     assert f"`{VAL}` from step 0 to step 5, within each run" in md
+    assert "runs for a 95% half-width of 0.02 |" in md and "pairs for a 95% half-width of 0.02 |" in md
     assert "`critic/score/mean` from step 0" not in md  # no training reward at step 0: no table
     assert main([*args, "--seeds", "0"]) == 0  # seed 0 alone: one run a condition
     finals = (out / "demo" / "report.md").read_text().split(f"Final `{VAL}`")[1].split("\n\n")[1]

@@ -318,3 +318,30 @@ def test_paired_ratio_undefined_cases():
     assert one.value == 0.5 and one.geo_mean == pytest.approx(0.5) and math.isnan(one.low) and one.log.p == 1.0
     assert math.isnan(paired_ratio([], []).value) and paired_ratio([], []).log is None
     assert math.isnan(paired_ratio([1.0, 2.0], [0.0, 0.0]).value)
+
+
+def test_pairs_for_a_half_width_against_a_walk_over_n():
+    """The fewest pairs with t_{0.975, n-1} sd / sqrt(n) <= target, found by walking n up from 2 with scipy's t."""
+    from scipy import stats as st
+
+    from verl_ext.campaign.stats import pairs_for_half_width
+
+    for sd, target in [(0.05, 0.02), (0.1, 0.02), (0.03, 0.02), (0.2, 0.01), (0.004, 0.02)]:
+        n = 2
+        while st.t.ppf(0.975, n - 1) * sd / n**0.5 > target:
+            n += 1
+        assert pairs_for_half_width(sd, target) == n, (sd, target)
+    assert pairs_for_half_width(0.0, 0.02) == 2
+    assert math.isnan(pairs_for_half_width(math.nan, 0.02))
+    assert math.isinf(pairs_for_half_width(1.0, 1e-6, max_n=1000))
+    with pytest.raises(ValueError, match="half-width to reach must be > 0"):
+        pairs_for_half_width(0.1, 0.0)
+
+
+def test_paired_statistics_carry_the_differences_spread():
+    from verl_ext.campaign.stats import paired_difference
+
+    a, b = [0.5, 0.7, 0.6], [0.4, 0.5, 0.45]
+    d = np.subtract(a, b)
+    assert paired_difference(a, b).sd == pytest.approx(float(np.std(d, ddof=1)))
+    assert math.isnan(paired_difference([0.5], [0.4]).sd)

@@ -20,7 +20,9 @@ class ScriptedChatServer:
 
     Behaviours: "ok"; "fail_500_then_ok:<k>" (500 for the first k calls); "fail_429_then_ok:<k>" (429 with
     Retry-After: 0); "always_500"; "http_401"; "malformed" (200 with a broken JSON body); "no_choices";
-    "slow:<seconds>" (sleeps, then answers); "no_usage". The answer text is "<model> says <last user message>".
+    "slow:<seconds>" (sleeps, then answers); "no_usage"; "hangup_then_ok:<k>" (the connection closed without a
+    response for the first k calls, as a server process that died mid-request). The answer text is
+    "<model> says <last user message>".
     """
 
     def __init__(self):
@@ -45,6 +47,12 @@ class ScriptedChatServer:
                     server.auth_headers.append(self.headers.get("Authorization"))
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                behaviour, _, arg = body["model"].partition(":")
+                if behaviour == "hangup_then_ok" and n < int(arg):  # the connection dropped, no response
+                    with server._lock:
+                        server.in_flight -= 1
+                    self.close_connection = True
+                    return
                 try:
                     status, payload, headers = server.respond(body, n)
                     self.send_response(status)
@@ -82,7 +90,7 @@ class ScriptedChatServer:
             },
         }
         ok = (200, json.dumps(completion).encode(), {"Content-Type": "application/json"})
-        if behaviour == "ok":
+        if behaviour in ("ok", "hangup_then_ok"):  # the hang-ups are the handler's
             return ok
         if behaviour == "fail_500_then_ok":
             return (500, b'{"error": "boom"}', {}) if n < int(arg) else ok

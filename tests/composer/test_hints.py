@@ -356,3 +356,14 @@ def test_restrict_rows_keeps_answer_columns_and_drops_empty_rows():
     assert out[1].columns.tolist() == [False, False, False, True]
     assert (out[0].start, out[0].prefix, out[0].continuation) == (0, [7], [1, 2, 3])  # the teacher row is unchanged
     assert rows[0].columns.tolist() == [True, True, True, False]  # the input rows are left alone
+
+
+def test_failed_coverage_is_the_share_of_failed_rows_with_a_site():
+    from verl_ext.composer.hints import ErrorSite, failed_coverage
+
+    site = [ErrorSite(1, "tool_error", "tool_error", {})]
+    sites = [site, [], site, [], []]
+    accs = [0.0, 0.0, 1.0, 0.0, None]  # row 2 succeeded with a site (a fixed error); row 4 has no accuracy
+    assert failed_coverage(sites, accs) == {"sdpo/failed_rows": 3.0, "sdpo/failed_covered_frac": 1 / 3}
+    assert failed_coverage(sites, None) == {}
+    assert failed_coverage([[]], [1.0]) == {"sdpo/failed_rows": 0.0, "sdpo/failed_covered_frac": 0.0}

@@ -90,6 +90,47 @@ def test_faults_are_counted_and_never_raise(chat_server):
     assert stats["attempt_errors"]["http_5xx"] == 2 + 3 and stats["attempt_errors"]["http_429"] == 1
 
 
+def test_a_teacher_server_killed_mid_run_is_counted_by_name_and_the_others_go_on(chat_server):
+    """One of two teacher servers stops (its process gone: connections refused): its queries fail within the pool's
+    retries (seconds, never a hang), counted under its name; it is `down` until it answers again; the other teacher
+    still answers. With on_teacher_down=fail, `check_teachers_up` stops the run naming it."""
+    import time
+
+    from tests.composer.conftest import ScriptedChatServer
+    from verl_ext.composer.teacher_pool import TeacherDown, check_teachers_up
+
+    doomed = ScriptedChatServer()
+    teachers = (teacher(chat_server, "ok", name="alive"), teacher(doomed, "ok", name="doomed", timeout_s=2.0))
+    with TeacherPool(pool_config(teachers, max_retries=2, max_workers=2, **FAST)) as pool:
+        (before,) = pool.query_many(requests(1))
+        assert all(a is not None for a in before.values()) and pool.stats()["down"] == {}
+        doomed.close()  # the server's process is gone
+        start = time.monotonic()
+        after = pool.query_many(requests(3, trace="t1"))
+        elapsed = time.monotonic() - start
+        stats = pool.stats()
+    assert elapsed < 10, elapsed
+    assert [a["alive"] is not None for a in after] == [True] * 3 and all(a["doomed"] is None for a in after)
+    assert stats["failures_by_teacher"] == {"doomed": 3} and stats["failures"] == {"connection": 3}
+    assert list(stats["down"]) == ["doomed"] and "connection at http://127.0.0.1:" in stats["down"]["doomed"]
+    check_teachers_up(stats, "continue")  # goes on
+    with pytest.raises(TeacherDown, match=r"teacher stopped answering: doomed \(connection at http://127"):
+        check_teachers_up(stats, "fail")
+
+
+def test_down_is_a_connection_error_or_timeout_and_ends_when_the_teacher_answers(chat_server):
+    """A 500 is not down; a dropped connection is, until the teacher answers again."""
+    flaky = teacher(chat_server, "fail_500_then_ok:1", name="flaky")
+    back = teacher(chat_server, "hangup_then_ok:1", name="back")
+    with TeacherPool(pool_config((flaky, back), max_retries=0, max_workers=2, **FAST)) as pool:
+        pool.query_many(requests(1))
+        first = pool.stats()
+        pool.query_many(requests(1, trace="t2"))
+        second = pool.stats()
+    assert first["down"].keys() == {"back"} and first["failures_by_teacher"] == {"flaky": 1, "back": 1}
+    assert second["down"] == {} and second["successes"] == 2
+
+
 def test_call_cap_holds_and_is_reported(chat_server, caplog):
     teachers = tuple(teacher(chat_server, "ok", name=n) for n in "abc")
     config = pool_config(teachers, max_calls=5, max_workers=4, **FAST)

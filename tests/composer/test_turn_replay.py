@@ -124,9 +124,12 @@ def teachers():
     server.close()
 
 
-def pool_config(server, cache_path=None):
+def pool_config(server, cache_path=None, tool_choice=None):
     return TeacherPoolConfig(
-        teachers=tuple(TeacherConfig(name=n, base_url=server.base_url, model=n, max_tokens=64) for n in "abc"),
+        teachers=tuple(
+            TeacherConfig(name=n, base_url=server.base_url, model=n, max_tokens=64, tool_choice=tool_choice)
+            for n in "abc"
+        ),
         cache_path=cache_path,
         max_calls=None,
         max_total_tokens=None,
@@ -134,14 +137,15 @@ def pool_config(server, cache_path=None):
         backoff_base_s=0.0,
         backoff_max_s=0.0,
         max_workers=6,
+        on_teacher_down="continue",
     )
 
 
-def ask(played, server, cache_path=None):
+def ask(played, server, cache_path=None, tool_choice=None):
     """Every episode's asked turns through the pool: {question: (trace, {turn: {teacher: answer}})}."""
     episodes, _ = played
     out = {}
-    with TeacherPool(pool_config(server, cache_path)) as pool:
+    with TeacherPool(pool_config(server, cache_path, tool_choice)) as pool:
         for e in episodes:
             trace = read_trace(e["session"].turns)
             requests = turn_requests(trace, step=3)
@@ -178,6 +182,13 @@ def test_teachers_receive_the_policys_recorded_request_for_each_turn(played, tea
     assert third[-3]["content"] == "error: syntax error: '(' was never closed" and third[-1]["content"] == "16/5"
     assert third[-4]["tool_calls"][0]["function"]["arguments"] == json.dumps({"expr": "(16 / 5"})
     assert asked["What is 2 - -2?"][0]["tools"][0]["function"]["name"] == "calc"
+
+
+def test_a_teacher_served_without_a_tool_parser_is_asked_with_tool_choice_none(played, teachers):
+    """TeacherConfig.tool_choice: a vLLM server run without --enable-auto-tool-choice refuses tools unless the tool
+    choice is none; the tools still go in the body (its chat template renders them as the policy's did)."""
+    ask(played, teachers, tool_choice="none")
+    assert teachers.bodies and all(b["tool_choice"] == "none" and b["tools"] for b in teachers.bodies)
 
 
 def test_disagreement_makes_pairs_at_tool_call_and_final_answer_turns(played, teachers):

@@ -86,3 +86,14 @@ def test_the_summary_gives_the_large_held_out_evaluations_first_and_last():
         run_summary(None, None, None, None, None, heldout=[(0.5, 64)])
         == "[verl_ext] held-out accuracy 0.500 (64 questions)"
     )
+
+
+def test_a_budgeted_runs_line_shows_its_training_time_against_the_budget():
+    """trainer.max_train_minutes: the step's line shows the training time so far against the budget, the measure
+    the run ends by; without a budget, nothing of the kind."""
+    metrics = {"time/train_total_s": 750.0, "critic/score/mean": 0.5}
+    assert (
+        compact_line(12, 2000, metrics, 48.2, budget_min=60) == "step   12/2000 | 12.5/60 min | reward 0.500 | 48.2 s"
+    )
+    assert "min" not in compact_line(12, 2000, metrics, 48.2)
+    assert "min" not in compact_line(12, 2000, {}, 48.2, budget_min=60), "no time logged: no column"

@@ -71,3 +71,50 @@ def test_a_failure_line_gives_back_its_cause_and_no_other_line_does():
     assert failed_cause("[verl_ext] run failed: ValueError: x\n") == "ValueError: x"
     for other in ("step  5/20 | reward 0.5", "[verl_ext] a resume (trainer.resume_mode=auto) starts from x", ""):
         assert failed_cause(other) is None
+
+
+# Ray's memory monitor killing a run's workers, in the two message forms of Ray 2.4x-2.5x (built from the raylet's
+# format strings: "Memory on the node (IP: %s, ID: %s) was %sGB used / %sGB limit (%f)" and per worker
+# "(name=..., pid=%d, actual memory used=%sGB, worker ID=%s)"; the older one per task)
+OOM_PER_TASK = (
+    "ray::TaskRunner.run() (pid=1, ip=10.0.0.1)\n"
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+    "Memory on the node (IP: 10.0.0.1, ID: 6f2a) where the task (actor ID: 4e1, name=WorkerDict.__init__, "
+    "pid=31081, memory used=9.80GB) was running was 22.60GB / 23.50GB (0.961702), which exceeds the memory usage "
+    "threshold of 0.95. Ray killed this worker (ID: 9a) because it was the most recently scheduled task."
+)
+OOM_PER_NODE = (
+    "ray.exceptions.OutOfMemoryError: 2 worker(s) were killed due to the node running low on memory. Memory on the "
+    "node (IP: 10.0.0.1, ID: 6f2a) was 22.6GB used / 23.5GB limit (0.961702)\n"
+    " (name=WorkerDict, pid=31081, actual memory used=9.8GB, worker ID=ab)\n"
+    " (pid=31235, actual memory used=3.9GB, worker ID=cd)"
+)
+
+
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        (OOM_PER_TASK, "WorkerDict.__init__ (pid 31081, 9.8 GB) with the node at 22.6 of 23.5 GB"),
+        (OOM_PER_NODE, "WorkerDict (pid 31081, 9.8 GB), a worker (pid 31235, 3.9 GB) with the node at 22.6 of 23.5 GB"),
+        ("ray.exceptions.OutOfMemoryError: the node ran low on memory.", "workers of the run:"),
+    ],
+)
+def test_an_oom_kill_names_the_workers_and_the_nodes_memory(text, named):
+    from verl_ext.metrics_log.failure import failure_cause
+
+    cause = failure_cause(RuntimeError(text))
+    assert cause.startswith("OutOfMemoryError: Ray's memory monitor killed ") and named in cause, cause
+    assert "\n" not in cause
+    assert failure_cause(RuntimeError("Traceback (most recent call last):\nValueError: bad")) == "ValueError: bad"
+
+
+def test_vllms_see_above_points_to_the_runs_log():
+    from verl_ext.metrics_log.failure import failure_cause
+
+    text = (
+        "ray::TaskRunner.run()\n  File engine.py, line 9\nvllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+        "encountered an issue. See stack trace (above) for the root cause."
+    )
+    cause = failure_cause(RuntimeError(text))
+    assert cause.startswith("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. ")
+    assert cause.endswith("Its stack trace is in the run's log.") and "(above)" not in cause

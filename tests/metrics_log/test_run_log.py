@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from verl_ext.config.trainer_settings import read_trainer_extras
 from verl_ext.metrics_log import read_jsonl
 from verl_ext.metrics_log.run_log import RunLog, expand_plot_keys
 
@@ -30,7 +31,8 @@ def _run_log(tmp_path, **trainer) -> RunLog:
         "project_name": "p",
         **trainer,
     }
-    log = RunLog(OmegaConf.create(cfg))
+    trainer_block = OmegaConf.create(cfg)
+    log = RunLog(read_trainer_extras(trainer_block), trainer_block.logger, trainer_block.experiment_name)
     log.tracker = Tracker()
     return log
 

@@ -32,6 +32,7 @@ def test_right_and_wrong_teachers_answer_the_toy_task(server, tmp_path):
             "backoff_base_s": 0.0,
             "backoff_max_s": 0.0,
             "max_workers": 4,
+            "on_teacher_down": "continue",
         }
     )
     pool = TeacherPool(cfg)

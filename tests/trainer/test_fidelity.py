@@ -22,8 +22,9 @@ from verl_ext.config.compose import compose_config
 from verl_ext.config.errors import ConfigError
 from verl_ext.trainer.clock import TrainClock
 from verl_ext.trainer.fidelity import FEATURES, PARTIAL, REJECTED, check_fidelity, feature_table_markdown
-from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer, gdpo_metrics, images_seqlens
+from verl_ext.trainer.ppo_trainer import ExtRayPPOTrainer
 from verl_ext.trainer.profiling import ProfileSchedule
+from verl_ext.trainer.step import gdpo_metrics, images_seqlens
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from omegaconf import open_dict
 from verl import DataProto
 
 from verl_ext.config.compose import compose_config
-from verl_ext.config.trainer_settings import read_heldout
+from verl_ext.config.trainer_settings import read_trainer_extras
 from verl_ext.metrics_log import read_jsonl
 from verl_ext.metrics_log.run_log import RunLog
 from verl_ext.trainer.clock import TrainClock
@@ -39,10 +39,16 @@ class ActorWorkers:
     def save_checkpoint(self, local_path, remote_path, step, max_ckpt_to_keep=None):
         os.makedirs(local_path, exist_ok=True)
 
+    def load_checkpoint(self, local_path, del_local_after_load=False):
+        assert os.path.isdir(local_path), local_path
+
 
 class Loader(list):
     def state_dict(self):
         return {"consumed": len(self)}
+
+    def load_state_dict(self, state):
+        assert state == {"consumed": len(self)}
 
 
 class Trainer(ExtRayPPOTrainer):
@@ -84,7 +90,7 @@ def _trainer(base_config, tmp_path, fail_at) -> Trainer:
     t = object.__new__(Trainer)  # no workers, no Ray: the attributes the loop reads, as verl's __init__ sets them
     t.config = config
     t.fail_at = fail_at
-    t.run_log = RunLog(config.trainer)
+    t.run_log = RunLog(read_trainer_extras(config.trainer), config.trainer.logger, config.trainer.experiment_name)
     t.closing_lines = []
     t.clock = TrainClock()
     t.profile = ProfileSchedule.from_config(config.get("global_profiler"))
@@ -92,6 +98,7 @@ def _trainer(base_config, tmp_path, fail_at) -> Trainer:
     t.max_steps_duration = 0.0
     t.resume_epoch = 0
     t.pass_at_k = 0
+    t.max_train_s = None
     t.sepa = None
     t.generate_calls = 0
     t.use_critic = False
@@ -102,7 +109,8 @@ def _trainer(base_config, tmp_path, fail_at) -> Trainer:
     t.actor_rollout_wg = ActorWorkers()
     t.checkpoint_manager = SimpleNamespace(update_weights=lambda step: None)
     t.resource_pool_manager = SimpleNamespace(get_n_gpus=lambda: 1)
-    t.heldout = HeldoutEval(read_heldout(config))  # the large held-out evaluation: off, `trainer.heldout` unset
+    # the large held-out evaluation: off, `trainer.heldout` unset
+    t.heldout = HeldoutEval(read_trainer_extras(config.trainer).heldout)
     t._init_dump_executor()
     return t
 
@@ -148,3 +156,33 @@ def test_a_run_that_finishes_returns_its_summary(base_config, tmp_path):
     ]
     assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3, 4]
     assert trainer.run_log.writer._file.closed
+
+
+def test_a_training_time_budget_ends_the_run_at_the_step_expected_to_reach_it(base_config, tmp_path, monkeypatch):
+    """trainer.max_train_minutes: each step takes 10 s of the training clock; with 25 s the third step is the last
+    (after two steps, 20 s + a mean step of 10 s reach 25 s), saved and logged as a last step is; a run resumed from
+    it trains no further step."""
+    now = [0.0]
+    monkeypatch.setattr("verl_ext.trainer.clock.time.monotonic", lambda: now[0])
+
+    class Timed(Trainer):
+        def train_on_batch(self, batch, metrics, timing_raw):
+            now[0] += 10.0
+            return batch
+
+    def timed(tmp_path):
+        t = _trainer(base_config, tmp_path, fail_at=None)
+        t.__class__ = Timed
+        t.max_train_s = 25.0
+        return t
+
+    trainer = timed(tmp_path)
+    trainer.fit()
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert (tmp_path / "run" / "global_step_3" / "verl_ext_state.pt").is_file(), "the last step saves"
+    assert trainer.clock.total_s == 30.0 and trainer.global_steps == 3
+    resumed = timed(tmp_path)
+    with open_dict(resumed.config):
+        resumed.config.trainer.resume_mode = "auto"
+    resumed.fit()
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3], "no step past it"

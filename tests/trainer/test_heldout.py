@@ -9,27 +9,37 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_ext.config.errors import ConfigError
-from verl_ext.config.trainer_settings import HeldoutSettings, read_heldout
+from verl_ext.config.trainer_settings import HeldoutSettings, read_trainer_extras
 from verl_ext.metrics_log.console import compact_line, val_accuracy
 from verl_ext.trainer.heldout import HeldoutEval, _validating_on, rename
 
 
 def test_settings_default_off_and_name_a_bad_key():
-    assert not read_heldout(OmegaConf.create({"trainer": {}})).enabled
-    on = read_heldout(OmegaConf.create({"trainer": {"heldout": {"files": ["a.parquet", "b.parquet"], "at": ["last"]}}}))
+    assert not read_trainer_extras(OmegaConf.create({})).heldout.enabled
+    on = read_trainer_extras(
+        OmegaConf.create({"heldout": {"files": ["a.parquet", "b.parquet"], "at": ["last"]}})
+    ).heldout
     assert on.enabled and on.files == ["a.parquet", "b.parquet"] and on.at == ("last",)
-    with pytest.raises(ConfigError, match=r"trainer.heldout: at: \['middle'\] not among \['first', 'last'\]"):
-        read_heldout(OmegaConf.create({"trainer": {"heldout": {"at": ["middle"]}}}))
+    with pytest.raises(ConfigError, match=r"trainer.heldout.at must be one of \['first', 'last'\], got \['middle'\]"):
+        read_trainer_extras(OmegaConf.create({"heldout": {"at": ["middle"]}}))
     with pytest.raises(ConfigError, match=r"unknown trainer.heldout keys \['file'\] \(did you mean 'files'\?\)"):
-        read_heldout(OmegaConf.create({"trainer": {"heldout": {"file": "x"}}}))
-    with pytest.raises(ConfigError, match="batch_size must be >= 1"):
-        read_heldout(OmegaConf.create({"trainer": {"heldout": {"batch_size": 0}}}))
+        read_trainer_extras(OmegaConf.create({"heldout": {"file": "x"}}))
+    with pytest.raises(ConfigError, match="trainer.heldout.batch_size must be >= 1, got 0"):
+        read_trainer_extras(OmegaConf.create({"heldout": {"batch_size": 0}}))
+    with pytest.raises(ConfigError, match="trainer.heldout.every must be >= 0, got -1"):
+        read_trainer_extras(OmegaConf.create({"heldout": {"every": -1}}))
 
 
-def test_due_first_last_and_under_val_only():
+def test_due_first_last_every_and_under_val_only():
     e = HeldoutEval(HeldoutSettings(files="x.parquet", at=("last",)))
-    assert (e.due("first"), e.due("last"), e.due("first", val_only=True)) == (False, True, True)
-    assert not HeldoutEval(HeldoutSettings()).due("last", val_only=True), "off without files"
+    assert (e.due_first(), e.due_after(16, is_last=True), e.due_first(val_only=True)) == (False, True, True)
+    assert not e.due_after(8, is_last=False), "every = 0: only at the last step"
+    assert not HeldoutEval(HeldoutSettings()).due_first(val_only=True), "off without files"
+    assert not HeldoutEval(HeldoutSettings(every=2)).due_after(2, is_last=True), "off without files"
+    curve = HeldoutEval(HeldoutSettings(files="x.parquet", at=("first",), every=10))
+    assert [s for s in range(1, 26) if curve.due_after(s, is_last=s == 25)] == [10, 20]
+    both = HeldoutEval(HeldoutSettings(files="x.parquet", every=10))
+    assert [s for s in range(1, 26) if both.due_after(s, is_last=s == 25)] == [10, 20, 25]
 
 
 def test_validation_keys_become_heldout_keys():

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import verl_ext.advantage.registry as registry
 from verl_ext.advantage.gram_match import parse_grams
@@ -28,6 +28,7 @@ from verl_ext.advantage.plugins import Plugin, load_context_plugin, load_episode
 from verl_ext.advantage.sepa_schedule import SCHEDULES
 from verl_ext.advantage.uncertainty import KIND_ALIASES, canonical_kind
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.fields import setting
 from verl_ext.config.settings import YamlDefaults, as_dict, did_you_mean, read_settings, set_fields
 
 ADVANTAGE_YAML = Path(__file__).with_name("advantage.yaml")
@@ -46,42 +47,38 @@ _OUR_PREFIXES = ("advantage_", "transform_", "algorithm_mode", "uncertainty", "g
 _NAMES = ("advantage_mode", "transform_mode", "algorithm_mode", "uncertainty_kind", "schedule")
 
 
+# Types, choices and bounds are declared on the fields (enforced by read_settings); defaults and the account of each
+# key live in advantage.yaml only.
 @dataclass(frozen=True)
 class SepaConfig:
-    steps: int
-    schedule: str
-    delay_steps: int
-    correct_rate_gate: float
-
-    def __post_init__(self):
-        set_fields(
-            self,
-            steps=_integer(self.steps, "sepa.steps"),
-            delay_steps=_integer(self.delay_steps, "sepa.delay_steps"),
-            correct_rate_gate=_number(self.correct_rate_gate, "sepa.correct_rate_gate"),
-        )
+    steps: int = setting(ge=0, help="steps of SEPA's linear lambda ramp")
+    schedule: Literal[SCHEDULES] = setting(help="linear: lambda ramps over `steps`; auto: from the variance ratio")
+    delay_steps: int = setting(ge=0, help="steps before the ramp starts (lambda 0)")
+    correct_rate_gate: float = setting(ge=0.0, le=1.0, help="lambda stays 0 until the batch's correct rate reaches it")
 
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    adv_estimator: str | None  # verl's key; None: none named (every estimator-specific check is skipped)
-    advantage_mode: str
-    transform_mode: str
-    algorithm_mode: str | None
-    uncertainty_kind: str
-    gtpo_beta: float
-    hicra_alpha: float
+    adv_estimator: str | None = setting(help="verl's key; null: none named (every estimator-specific check is skipped)")
+    advantage_mode: str = setting(help="the episode advantage (a registered mode or a plugin's dotted path)")
+    transform_mode: str = setting(help="the token-level transform (none, a registered one or a plugin's path)")
+    algorithm_mode: str | None = setting(help="a whole-algorithm plugin's dotted path; null = none")
+    uncertainty_kind: str = setting(help="GTPO's token weight: surprisal, predictive variance or Shannon entropy")
+    gtpo_beta: float = setting(ge=0.0, help="GTPO's entropy weight")
+    hicra_alpha: float = setting(
+        ge=0.0, le=1.0, help="HICRA's planning-token boost; above 1 it flips the sign of negative advantages"
+    )
     sepa: SepaConfig
-    strategic_grams: tuple[str, ...]
-    advantage_params: Mapping[str, Any]
-    transform_params: Mapping[str, Any]
+    strategic_grams: str | list | None = setting(
+        help="planning n-grams (HICRA, SEPA): a list or one comma-separated string"
+    )
+    advantage_params: Mapping[str, Any] | None = setting(help="keyword arguments of the advantage plugin")
+    transform_params: Mapping[str, Any] | None = setting(help="keyword arguments of the transform plugin")
 
     def __post_init__(self):
         set_fields(
             self,
             uncertainty_kind=canonical_kind(self.uncertainty_kind),
-            gtpo_beta=_number(self.gtpo_beta, "gtpo_beta"),
-            hicra_alpha=_number(self.hicra_alpha, "hicra_alpha"),
             strategic_grams=parse_grams(self.strategic_grams),
             advantage_params=_params(self.advantage_params, "advantage_params"),
             transform_params=_params(self.transform_params, "transform_params"),
@@ -110,20 +107,6 @@ class AdvantageConfig:
     def validate(self) -> None:
         _check_mode(self.advantage_mode, tuple(registry.episode_modes()), "advantage_mode")
         _check_mode(self.transform_mode, ("none", *registry.transforms()), "transform_mode")
-        if self.gtpo_beta < 0:
-            raise ConfigError(f"gtpo_beta must be >= 0, got {self.gtpo_beta}")
-        if not 0.0 <= self.hicra_alpha <= 1.0:
-            raise ConfigError(
-                f"hicra_alpha must be in [0, 1], got {self.hicra_alpha} (above 1 it flips the sign of negative "
-                "advantages on planning tokens)"
-            )
-        s = self.sepa
-        if s.schedule not in SCHEDULES:
-            raise ConfigError(f"sepa.schedule must be one of {SCHEDULES}, got {s.schedule!r}")
-        if s.steps < 0 or s.delay_steps < 0:
-            raise ConfigError(f"sepa.steps and sepa.delay_steps must be >= 0, got {s.steps}, {s.delay_steps}")
-        if not 0.0 <= s.correct_rate_gate <= 1.0:
-            raise ConfigError(f"sepa.correct_rate_gate must be in [0, 1], got {s.correct_rate_gate}")
         self._check_estimator()
         self.plugins()  # imports each plugin and checks its signature now, not inside a Ray worker
 
@@ -252,18 +235,6 @@ def _reject_lookalike_keys(raw: Mapping[str, Any]) -> None:
 def _check_mode(mode: str, builtins: tuple[str, ...], key: str) -> None:
     if not isinstance(mode, str) or (mode not in builtins and "." not in mode):
         raise ConfigError(f"unknown {key} {mode!r}: use one of {list(builtins)} or a dotted path 'pkg.module.fn'")
-
-
-def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{key} must be a number, got {value!r}")
-    return float(value)
-
-
-def _integer(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
-    return int(value)
 
 
 def _params(value: Any, key: str) -> dict[str, Any]:

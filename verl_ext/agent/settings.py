@@ -9,13 +9,14 @@ import os
 import secrets
 import shlex
 import shutil
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES, check_rules
+from verl_ext.agent.episode import ON_REWRITE, SCORE_SOURCES
 from verl_ext.agent.gateway.core import DEFAULT_HOST, DEFAULT_MAX_INFLIGHT
 from verl_ext.agent.gateway.toolcall import REASONING_PARSERS
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.fields import setting
 from verl_ext.config.settings import read_settings, set_fields
 
 AGENT_LOOP_NAME = "external_agent"
@@ -25,28 +26,69 @@ LAUNCHES = ("fork", "process", "pool")
 
 @dataclass(frozen=True)
 class AgentSettings:
-    """The block's keys and their defaults (the one place they are set), normalised and checked on construction:
-    `from_mapping` reads a run's block, ConfigError naming the key."""
+    """The block's keys, each declared once here with its default, its bounds and its meaning; `from_mapping` reads
+    a run's block (types, choices and bounds enforced by `read_settings`), `__post_init__` checks the rules across
+    keys. ConfigError naming the key."""
 
-    command: tuple[str, ...] = ()  # a command line (string or list), run once per episode; none with launch=pool
-    host: str = DEFAULT_HOST
-    port: int = 0
-    timeout_s: float = 120.0
-    max_inflight: int = DEFAULT_MAX_INFLIGHT
-    on_rewrite: str = ON_REWRITE[0]
-    score_source: str = SCORE_SOURCES[0]
-    api_key: str | None = None  # None: a random key per gateway, handed to the agents in OPENAI_API_KEY
-    env: dict[str, str] = field(default_factory=dict)
-    episode_log: str | None = None
-    transcripts: str | None = None  # a directory: each episode's messages and trained ids (`transcript`)
-    mode: str = "sync"
-    max_staleness: int = 1
-    # fork: each episode forked from a fork server that imported the agent's libraries once (a process per episode
-    # where the command is not `python script.py` / `python -m mod`); process: a new process per episode; pool: the
-    # user's workers poll /tasks/next (verl_ext.agent.fork_launch, docs/AGENT.md)
-    launch: str = "fork"
-    tool_parser: str = "hermes"
-    reasoning_parser: str = "none"
+    command: str | tuple[str, ...] = setting(
+        (),
+        help="the agent's command line (a string, split as a shell would, or a list), run once per episode; "
+        "none with launch=pool",
+    )
+    host: str = setting(DEFAULT_HOST, help="the gateway's address; a non-loopback one needs an explicit api_key")
+    port: int = setting(
+        0,
+        ge=0,
+        lt=65536,
+        help="the gateway's port; 0 = any free port (fork and process); agent-loop worker i takes port + i",
+    )
+    timeout_s: float = setting(
+        120.0, gt=0, help="an episode not finished by then is killed (its process group) and dropped as `timeout`"
+    )
+    max_inflight: int = setting(
+        DEFAULT_MAX_INFLIGHT,
+        ge=1,
+        help="generation requests admitted at once per gateway; more get 429 (the openai client retries)",
+    )
+    on_rewrite: Literal[ON_REWRITE] = setting(
+        ON_REWRITE[0], help="an agent that rewrote its history: `drop` the episode, or `last`: train its last segment"
+    )
+    score_source: Literal[SCORE_SOURCES] = setting(
+        SCORE_SOURCES[0],
+        help="`agent`: the posted score is the reward (no score = dropped); `reward_fn`: verl's reward function "
+        "scores the trained transcript",
+    )
+    api_key: str | None = setting(
+        None,
+        help="the key the gateway expects; null = a random key per gateway, handed to the agents in OPENAI_API_KEY",
+    )
+    env: dict[str, str] = setting(factory=dict, help="extra environment variables for the agent")
+    episode_log: str | None = setting(
+        None, help="the episode ledger (JSONL); null = episodes.jsonl beside trainer.jsonl_metrics_path"
+    )
+    transcripts: str | None = setting(None, help="a directory: each episode's messages and trained ids (`transcript`)")
+    mode: Literal[MODES] = setting(
+        "sync",
+        help="`sync`: all episodes of a step finish before its update; `async`: the next step's episodes "
+        "run during it (docs/AGENT.md)",
+    )
+    max_staleness: int = setting(
+        1, ge=0, help="async: episodes sampled by weights more than this many updates old are dropped (`stale`)"
+    )
+    launch: Literal[LAUNCHES] = setting(
+        "fork",
+        help="fork: each episode forked from a fork server that imported the agent's libraries once (a "
+        "process per episode where the command is not `python script.py` / `python -m mod`); process: a new process "
+        "per episode; pool: the user's workers poll /tasks/next (verl_ext.agent.fork_launch, docs/AGENT.md)",
+    )
+    tool_parser: str = setting(
+        "hermes",
+        help="how tool calls are read from the policy's text: a parser of verl's ToolParser registry "
+        "(verl's and verl_ext.agent.gateway.tool_parsers')",
+    )
+    reasoning_parser: Literal[REASONING_PARSERS] = setting(
+        "none", help="`think`: <think>...</think> returned as reasoning_content, never parsed for calls; `none`: off"
+    )
 
     @classmethod
     def from_mapping(cls, block: Any) -> AgentSettings:
@@ -58,42 +100,13 @@ class AgentSettings:
         return read_settings(cls, block, "external_agent")
 
     def __post_init__(self):
-        launch = str(self.launch)
-        if launch not in LAUNCHES:
-            raise ConfigError(f"external_agent.launch must be one of {LAUNCHES}, got {launch!r}")
-        set_fields(
-            self,
-            command=_command(self.command, launch),
-            host=str(self.host),
-            port=int(self.port),
-            timeout_s=float(self.timeout_s),
-            max_inflight=int(self.max_inflight),
-            on_rewrite=str(self.on_rewrite),
-            score_source=str(self.score_source),
-            api_key=None if self.api_key is None else str(self.api_key),
-            env={str(k): str(v) for k, v in dict(self.env or {}).items()},
-            transcripts=None if self.transcripts is None else str(self.transcripts),
-            mode=str(self.mode),
-            max_staleness=int(self.max_staleness),
-            launch=launch,
-            tool_parser=str(self.tool_parser),
-            reasoning_parser=str(self.reasoning_parser),
-        )
-        self._check_gateway()
-        self._check_loop()
-
-    def _check_gateway(self) -> None:
-        """The gateway's address, key and parsers."""
+        set_fields(self, command=_command(self.command, self.launch))
         if self.api_key is not None and not self.api_key:
             raise ConfigError("external_agent.api_key must be a non-empty string (or unset: a random key per run)")
         if self.api_key is None and not is_loopback(self.host):
             raise ConfigError(
                 f"external_agent.host={self.host!r} is reachable from other machines: set an explicit "
                 "external_agent.api_key (the random per-run key is only for a gateway on 127.0.0.1 / localhost)"
-            )
-        if self.reasoning_parser not in REASONING_PARSERS:
-            raise ConfigError(
-                f"external_agent.reasoning_parser must be one of {REASONING_PARSERS}, got {self.reasoning_parser!r}"
             )
         from verl_ext.agent.gateway.tool_parsers import parser_names
 
@@ -107,28 +120,11 @@ class AgentSettings:
                 "external_agent.launch=pool needs an explicit external_agent.api_key: the workers you start "
                 "must know it (the agents the trainer starts get the random per-run key in OPENAI_API_KEY)"
             )
-        if not 0 <= self.port < 65536:
-            raise ConfigError(f"external_agent.port must be 0 (any free port) or a port number, got {self.port}")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"external_agent.timeout_s must be > 0, got {self.timeout_s}")
-        if self.max_inflight < 1:
-            raise ConfigError(f"external_agent.max_inflight must be >= 1, got {self.max_inflight}")
-
-    def _check_loop(self) -> None:
-        """The episode rules, the pool's port and the sync/async loop."""
-        try:
-            check_rules(self.on_rewrite, self.score_source, where=f"{AGENT_LOOP_NAME}.")
-        except ValueError as e:
-            raise ConfigError(str(e)) from e
         if self.launch == "pool" and self.port == 0:
             raise ConfigError(
                 "external_agent.launch=pool needs a fixed external_agent.port: the agent workers must "
                 "know where to poll /tasks/next (agent-loop worker i listens on port + i)"
             )
-        if self.mode not in MODES:
-            raise ConfigError(f"external_agent.mode must be one of {MODES}, got {self.mode!r}")
-        if self.max_staleness < 0:
-            raise ConfigError(f"external_agent.max_staleness must be >= 0, got {self.max_staleness}")
         if self.mode == "async" and self.max_staleness < 1:
             raise ConfigError(
                 "external_agent.mode=async generates the next step's episodes while the current step "

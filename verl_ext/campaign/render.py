@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verl_ext.campaign.stats import PairedRatio, PairedStats, Summary
+from verl_ext.campaign.stats import PairedRatio, PairedStats, Summary, pairs_for_half_width
 from verl_ext.campaign.summary import (
     Campaign,
     ChangeRow,
@@ -56,9 +56,12 @@ def final_markdown(
     level: float = 0.95,
     step: int | None = None,
     references: Mapping[str, float] | None = None,
+    when: str | None = None,
+    half_width: float | None = None,
 ) -> str:
     """One key's table: a row per condition, its statistics against the baseline, and after them a row per reference
-    run that logged the key (its value, no statistics: the released model, say)."""
+    run that logged the key (its value, no statistics: the released model, say). `when` names where the values were
+    read ("by 10 min of training time") where not at a step."""
     with_paired = any(r.paired is not None for r in rows)
     with_ci = any(r.ci is not None for r in rows)
     with_boot = any(r.paired is not None and r.paired.boot_method for r in rows)
@@ -66,11 +69,12 @@ def final_markdown(
     if with_paired:
         head += ["paired Δ (pairs)", *_paired_head(level), "pairs above 0", f"{level:.0%} half-width"]
         head.append("pairs for 80% power at this Δ")
+        head += [f"pairs for a {level:.0%} half-width of {half_width:g}"] if half_width else []
     if with_ci:
         head.append(f"{level:.0%} CI of Δ (bootstrap)")
     if with_boot:
         head.append(f"paired Δ {level:.0%} CI (BCa)")
-    title = f"Final `{key}`" if step is None else f"`{key}` at step {step}"
+    title = f"`{key}` {when}" if when else f"Final `{key}`" if step is None else f"`{key}` at step {step}"
     lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [
@@ -84,10 +88,11 @@ def final_markdown(
         if with_paired:
             p = r.paired
             if p is None or p.n == 0:
-                cells += ["-"] * 6
+                cells += ["-"] * (7 if half_width else 6)
             else:
                 cells += [f"{p.value:+.3f} ({p.n})", *_paired_cells(p), _above_cell(p), _half_width(p)]
                 cells.append(_count_cell(p.to_resolve))
+                cells += [_count_cell(pairs_for_half_width(p.sd, half_width, level))] if half_width else []
         if with_ci:
             cells.append(_interval(r.ci))
         if with_boot:
@@ -98,12 +103,15 @@ def final_markdown(
     return "\n".join(lines)
 
 
-def change_markdown(key: str, start: int, end: int, rows: Sequence[ChangeRow], level: float = 0.95) -> str:
+def change_markdown(
+    key: str, start: int, end: int, rows: Sequence[ChangeRow], level: float = 0.95, half_width: float | None = None
+) -> str:
     """One key's change within each run from step ``start`` to step ``end``: a row per condition, the runs' changes
     paired within each run (mean, t-interval, sign-flip p, how many rose, fell or stayed)."""
     with_boot = any(r.change.boot_method for r in rows)
     head = ["condition", f"step {start}", f"step {end}", "change (runs)", *_paired_head(level), "rose / fell / same"]
     head += [f"{level:.0%} half-width", "runs for 80% power at this change"]
+    head += [f"runs for a {level:.0%} half-width of {half_width:g}"] if half_width else []
     head += [f"change {level:.0%} CI (BCa)"] if with_boot else []
     lines = [f"`{key}` from step {start} to step {end}, within each run", "", "| " + " | ".join(head) + " |"]
     lines.append("|" + "---|" * len(head))
@@ -112,6 +120,7 @@ def change_markdown(key: str, start: int, end: int, rows: Sequence[ChangeRow], l
         same = c.n - r.rose - r.fell
         cells = [r.condition, _mean_std(r.before), _mean_std(r.after), f"{c.value:+.3f} ({c.n})", *_paired_cells(c)]
         cells += [f"{r.rose} / {r.fell} / {same}", _half_width(c), _count_cell(c.to_resolve)]
+        cells += [_count_cell(pairs_for_half_width(c.sd, half_width, level))] if half_width else []
         lines.append("| " + " | ".join(cells + ([_boot_cell(c)] if with_boot else [])) + " |")
     return "\n".join(lines)
 

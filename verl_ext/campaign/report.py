@@ -54,8 +54,7 @@ from verl_ext.campaign.summary import (
 )
 from verl_ext.metrics_log.console import VAL_ACC_ALL_PATTERN, VAL_ACC_PATTERN
 from verl_ext.metrics_log.jsonl import read_jsonl
-from verl_ext.metrics_log.keys import KEEP_RATE_KEY, RESPONSES_PER_GROUP_KEY, TOKENS_KEY
-from verl_ext.metrics_log.plot import TIME_KEY
+from verl_ext.metrics_log.keys import KEEP_RATE_KEY, RESPONSES_PER_GROUP_KEY, TIME_KEY, TOKENS_KEY
 
 DEFAULT_KEYS = [
     "critic/score/mean",  # train reward
@@ -85,6 +84,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", nargs="+", help="metric keys / fnmatch patterns (default: the standard set, as logged)")
     p.add_argument("--baseline", help="condition the others are tested against (default: the spec's first)")
     _add_target_arguments(p)
+    _add_comparison_arguments(p)
+    p.add_argument("--png", help="default <out-root>/<name>/report.png")
+    p.add_argument("--cost-png", help="default <out-root>/<name>/report_tokens.png")
+    p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
+
+
+def _add_comparison_arguments(p: argparse.ArgumentParser) -> None:
+    """How conditions are compared: intervals, cost ratios, steps, within-run changes, outside references."""
     p.add_argument(
         "--bootstrap",
         type=int,
@@ -109,6 +116,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a cost ratio predicted before the runs (the pass-rate probe's, e.g. fast:plain=0.75), shown beside the "
         "measured one of the same --speedup pair",
     )
+    _add_where_arguments(p)
+
+
+def _add_where_arguments(p: argparse.ArgumentParser) -> None:
+    """Where else the keys are read: at steps, by minutes of training time, within each run, beside outside runs."""
     p.add_argument(
         "--at-step",
         nargs="+",
@@ -117,6 +129,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="STEP",
         help="also tabulate the keys at these steps (arms that ran different numbers of steps, compared step for "
         "step; a key not logged at a step, such as validation off the test_freq grid, has no row there)",
+    )
+    p.add_argument(
+        "--half-width",
+        type=float,
+        default=None,
+        metavar="H",
+        help="also the pairs (runs) a paired difference (change) would need for its 95%% t-interval's half-width to "
+        "reach H, at the observed spread (e.g. 0.02: a difference resolved to two points of accuracy)",
+    )
+    p.add_argument(
+        "--at-minutes",
+        nargs="+",
+        type=float,
+        default=[],
+        metavar="MIN",
+        help="also tabulate the keys by these minutes of training time (--time-key): each run's last value logged "
+        "at or before it (a long run's accuracy at 10, 20, 30, 60 minutes)",
     )
     p.add_argument(
         "--change",
@@ -134,9 +163,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a run outside the campaign shown beside it (e.g. released=.../released/metrics.jsonl, the released "
         "model's val_only evaluation): a row of each key's table and a grey line on each panel, at its last value",
     )
-    p.add_argument("--png", help="default <out-root>/<name>/report.png")
-    p.add_argument("--cost-png", help="default <out-root>/<name>/report_tokens.png")
-    p.add_argument("--markdown", help="default <out-root>/<name>/report.md")
 
 
 def _add_target_arguments(p: argparse.ArgumentParser) -> None:
@@ -184,6 +210,8 @@ def run(args: argparse.Namespace) -> int:
         predicted,
         references,
         args.change,
+        at_minutes=[(m, args.time_key) for m in args.at_minutes],
+        half_width=args.half_width,
     )
     seeds = sorted({seed for by_seed in campaign.values() for seed in by_seed})
     title = f"{spec.name}: mean ± std over seeds {seeds}"
@@ -320,25 +348,36 @@ def build_markdown(
     predicted: Mapping[Pair, float] | None = None,
     references: Mapping[str, Records] | None = None,
     change: Sequence[int] | None = None,
+    at_minutes: Sequence[tuple[float, str]] = (),
+    half_width: float | None = None,
 ) -> str:
     """The report's tables in order: final values (with a row per reference run that logged the key), values at the
-    --at-step steps, the --change within each run, and with a target the cost to reach it and the --speedup ratios
+    --at-step steps and by the --at-minutes of training time (`at_minutes`: (minutes, time key)), the --change within
+    each run, and with a target the cost to reach it and the --speedup ratios
     (one table per cost key)."""
     parts = []
     for k in keys:
         ref_values = {label: v for label, recs in (references or {}).items() if (v := final_value(recs, k)) is not None}
-        parts.append(final_markdown(k, final_table(campaign, k, baseline, bootstrap), baseline, references=ref_values))
+        rows = final_table(campaign, k, baseline, bootstrap)
+        parts.append(final_markdown(k, rows, baseline, references=ref_values, half_width=half_width))
     for step in at_steps:
         for k in keys:
             rows = [r for r in final_table(campaign, k, baseline, bootstrap, step=step) if r.summary.n]
             if rows:  # no table for a key nobody logged at that step (validation off the test_freq grid)
-                parts.append(final_markdown(k, rows, baseline, step=step))
+                parts.append(final_markdown(k, rows, baseline, step=step, half_width=half_width))
+    for minutes, time_key in at_minutes:
+        for k in keys:
+            within = (time_key, 60.0 * minutes)
+            rows = [r for r in final_table(campaign, k, baseline, bootstrap, within=within) if r.summary.n]
+            if rows:
+                when = f"by {minutes:g} min of training time"
+                parts.append(final_markdown(k, rows, baseline, when=when, half_width=half_width))
     if change:
         start, end = change
         for k in keys:
             rows = change_table(campaign, k, start, end, bootstrap)
             if rows:  # no table for a key nobody logged at both steps
-                parts.append(change_markdown(k, start, end, rows))
+                parts.append(change_markdown(k, start, end, rows, half_width=half_width))
     if target_key is not None:
         parts.append(cost_markdown(target_key, goal, cost_table(campaign, target_key, goal, list(costs)), costs))
         for cost_key, label in costs.items():

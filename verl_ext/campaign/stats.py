@@ -205,6 +205,25 @@ def pairs_to_resolve(
     return math.inf
 
 
+def pairs_for_half_width(sd: float, target: float, level: float = 0.95, max_n: int = 1_000_000) -> float:
+    """The fewest pairs whose paired t-interval at ``level`` is as narrow as ``target`` (its half-width at most that)
+    when the differences' standard deviation is ``sd``: the smallest n >= 2 with t_{(1+level)/2, n-1} sd / sqrt(n)
+    <= target. nan for an undefined sd; 2 when sd is 0; inf beyond ``max_n``."""
+    from scipy import stats
+
+    if not target > 0:
+        raise ValueError(f"the half-width to reach must be > 0, got {target}")
+    if not math.isfinite(sd):
+        return math.nan
+    z = stats.norm.ppf(1 - (1 - level) / 2)
+    n = max(2, math.floor((z * sd / target) ** 2))  # the normal approximation undercounts: walk up from it
+    while n <= max_n:
+        if stats.t.ppf(1 - (1 - level) / 2, n - 1) * sd / math.sqrt(n) <= target:
+            return n
+        n += 1
+    return math.inf
+
+
 def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """(low, high, half-width) of the t-interval of the mean of ``values`` (paired differences): mean ± h with
     h = t_{(1+level)/2, n-1} * s / sqrt(n), s the sample std (ddof 1). (nan, nan, nan) with fewer than 2 values;
@@ -266,6 +285,7 @@ class PairedStats:
     boot_low: float = math.nan  # BCa bootstrap over the pairs, only from MIN_BOOTSTRAP_PAIRS pairs with n_boot > 0
     boot_high: float = math.nan
     boot_method: str = ""  # "BCa" or "percentile" (when BCa is undefined); "" when not computed
+    sd: float = math.nan  # the differences' standard deviation (ddof 1)
 
 
 def paired_difference(
@@ -338,6 +358,7 @@ def _paired_stats(d: np.ndarray, level: float, n_boot: int, seed: int, bootstrap
         int((d < 0).sum()),
         pairs_to_resolve(d, level=level),
         *boot,
+        sd=float(d.std(ddof=1)) if d.size >= 2 else math.nan,
     )
 
 

@@ -109,10 +109,18 @@ def seed_band(runs: Mapping[int, Records], key: str) -> Band:
     return Band(steps, [s.mean for s in stats], [0.0 if s.n < 2 else s.std for s in stats], [s.n for s in stats])
 
 
-def final_value(records: Records, key: str, step: int | None = None) -> float | None:
-    """The key's last finite value, or with ``step`` its value logged at exactly that step (None if not logged)."""
+def final_value(
+    records: Records, key: str, step: int | None = None, within: tuple[str, float] | None = None
+) -> float | None:
+    """The key's last finite value, or with ``step`` its value logged at exactly that step, or with ``within`` =
+    (time key, seconds) its last value logged at a row whose cumulative time is at most that many seconds (a long
+    run's accuracy at 10 or 60 minutes of training); None if not logged."""
     for r in sorted(records, key=lambda r: r["step"], reverse=True):
-        if (step is None or r["step"] == step) and is_number(r.get(key)):
+        if step is not None and r["step"] != step:
+            continue
+        if within is not None and not (is_number(r.get(within[0])) and r[within[0]] <= within[1]):
+            continue
+        if is_number(r.get(key)):
             return float(r[key])
     return None
 
@@ -128,15 +136,22 @@ class FinalRow:
 
 
 def final_table(
-    campaign: Campaign, key: str, baseline: str, bootstrap: int = 0, level: float = 0.95, step: int | None = None
+    campaign: Campaign,
+    key: str,
+    baseline: str,
+    bootstrap: int = 0,
+    level: float = 0.95,
+    step: int | None = None,
+    within: tuple[str, float] | None = None,
 ) -> list[FinalRow]:
-    """Per condition the runs' final values of ``key`` (with ``step``: their values at that step) against the
+    """Per condition the runs' final values of ``key`` (with ``step`` or ``within``: their values at that step, or by
+    that time: `final_value`) against the
     baseline's: mean, std, difference, Welch p, the paired statistics over the seeds both ran, and with
     ``bootstrap`` draws the bootstrap intervals where there are enough runs (module docstring)."""
     if baseline not in campaign:
         raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
     by_seed = {
-        c: {seed: v for seed, recs in runs.items() if (v := final_value(recs, key, step)) is not None}
+        c: {seed: v for seed, recs in runs.items() if (v := final_value(recs, key, step, within)) is not None}
         for c, runs in campaign.items()
     }
     finals = {c: list(vals.values()) for c, vals in by_seed.items()}

@@ -316,6 +316,20 @@ def error_sites_for_batch(
     )
 
 
+def failed_coverage(sites: Sequence[Sequence[ErrorSite]], accs: Sequence | None) -> dict[str, float]:
+    """How much of what failed the hints reach: `sdpo/failed_rows`, the rows whose accuracy is 0, and
+    `sdpo/failed_covered_frac`, the share of them with at least one error site (tool errors may be rare once the
+    model calls well: the rest failed after valid calls). {} without an accuracy per row."""
+    if accs is None or len(accs) != len(sites):
+        return {}
+    failed = [i for i, acc in enumerate(accs) if acc is not None and not float(acc) > 0]
+    covered = sum(1 for i in failed if sites[i])
+    return {
+        "sdpo/failed_rows": float(len(failed)),
+        "sdpo/failed_covered_frac": covered / len(failed) if failed else 0.0,
+    }
+
+
 def turn_span(response_mask_row: torch.Tensor, turn: int) -> tuple[int, torch.Tensor] | None:
     """(first column of assistant turn `turn`, bool mask of its columns) in one row's response, or None if the row
     has no such turn. Everything before that column is context for the hint; the mask is the SDPO loss mask."""

@@ -37,16 +37,33 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 import httpx
 
+from verl_ext.config.fields import check_declared, setting
 from verl_ext.config.settings import read_settings
 
 logger = logging.getLogger(__name__)
 
 RETRYABLE_KINDS = frozenset({"timeout", "connection", "http_429", "http_5xx"})
+# A query that ended in one of these after every retry leaves its teacher down until it answers again.
+DOWN_KINDS = frozenset({"timeout", "connection"})
+
+
+class TeacherDown(RuntimeError):
+    """A teacher stopped answering and the pool's `on_teacher_down` is `fail`."""
+
+
+def check_teachers_up(stats: dict[str, Any], on_teacher_down: str) -> None:
+    """Raise TeacherDown naming every teacher down (`stats`: `TeacherPool.stats()`) when the pool is set to fail."""
+    if on_teacher_down == "fail" and stats["down"]:
+        named = "; ".join(f"{name} ({why})" for name, why in sorted(stats["down"].items()))
+        raise TeacherDown(
+            f"teacher stopped answering: {named}; composer.replay.teacher_pool.on_teacher_down=fail (continue: go on "
+            "with the other teachers)"
+        )
 
 
 @dataclass(frozen=True)
@@ -61,17 +78,23 @@ class TeacherConfig:
     timeout_s: per-request timeout (recommended 60 for frontier APIs; keep small for local servers).
     max_tokens: completion cap per request (recommended: enough for one action, e.g. 256-1024).
     temperature: sampling temperature (recommended 0.0, so teachers answer their best action).
+    tool_choice: with tools in the request (an agent's turn), the tool choice sent instead of the student's (None: the
+        student's). "none" asks a server that parses no tool calls (vLLM without --enable-auto-tool-choice, which
+        refuses tools otherwise) to answer in text: its chat template still renders the tools, and the text is read
+        in the policy's call format (turn_replay.py).
     """
 
-    name: str
-    base_url: str
-    model: str
-    api_key_env: str | None = None
-    timeout_s: float = 60.0
-    max_tokens: int = 512
-    temperature: float = 0.0
+    name: str = setting(help="unique label, in the cache key and the pairs' provenance")
+    base_url: str = setting(help="OpenAI-compatible API root; requests go to {base_url}/chat/completions")
+    model: str = setting(help="model name sent in the request")
+    api_key_env: str | None = setting(None, help="the environment variable holding the API key; null: no key")
+    timeout_s: float = setting(60.0, gt=0.0, help="per-request timeout in seconds")
+    max_tokens: int = setting(512, ge=1, help="completion cap per request")
+    temperature: float = setting(0.0, ge=0.0, help="sampling temperature (0: the teacher's best action)")
+    tool_choice: str | None = setting(None, help="with tools in the request, sent instead of the student's")
 
     def __post_init__(self):
+        check_declared(self)
         if not self.name:
             raise ValueError("teacher name must be non-empty")
         parsed = urlparse(self.base_url)
@@ -79,10 +102,6 @@ class TeacherConfig:
             raise ValueError(f"teacher {self.name!r}: base_url must be an http(s) URL, got {self.base_url!r}")
         if not self.model:
             raise ValueError(f"teacher {self.name!r}: model must be non-empty")
-        if not self.timeout_s > 0:
-            raise ValueError(f"teacher {self.name!r}: timeout_s must be > 0, got {self.timeout_s}")
-        if not (isinstance(self.max_tokens, int) and self.max_tokens > 0):
-            raise ValueError(f"teacher {self.name!r}: max_tokens must be a positive int, got {self.max_tokens!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,18 +122,23 @@ class TeacherPoolConfig:
     max_retries: retries per teacher query on 429/5xx/timeout/connection errors.
     backoff_base_s, backoff_max_s: exponential backoff.
     max_workers: parallel requests (recommended N teachers x a few steps).
+    on_teacher_down: what a teacher that stopped answering does to the run: `continue` (its queries count as
+        failures, the others' answers still make pairs) or `fail` (the run stops, naming it: `check_teachers_up`).
+        A teacher is down while its latest query ended in a connection error or a timeout after every retry.
     """
 
-    teachers: tuple[TeacherConfig, ...]
-    cache_path: str | None
-    max_calls: int | None
-    max_total_tokens: int | None
-    max_retries: int
-    backoff_base_s: float
-    backoff_max_s: float
-    max_workers: int
+    teachers: tuple = setting(help="the N teachers (TeacherConfig or their keys)")
+    cache_path: str | None = setting(help="JSONL answer cache; null: none")
+    max_calls: int | None = setting(ge=0, help="cap on HTTP requests sent, retries included; null: no cap")
+    max_total_tokens: int | None = setting(ge=0, help="cap on total tokens from the usage fields; null: no cap")
+    max_retries: int = setting(ge=0, help="retries per teacher query on 429/5xx/timeout/connection errors")
+    backoff_base_s: float = setting(ge=0.0, help="exponential backoff's first wait")
+    backoff_max_s: float = setting(ge=0.0, help="exponential backoff's longest wait")
+    max_workers: int = setting(ge=1, help="parallel requests")
+    on_teacher_down: Literal["continue", "fail"] = setting(help="a teacher that stopped answering: go on, or fail")
 
     def __post_init__(self):
+        check_declared(self)
         teachers = tuple(_teacher(t) for t in self.teachers)
         object.__setattr__(self, "teachers", teachers)
         if not teachers:
@@ -122,16 +146,6 @@ class TeacherPoolConfig:
         names = [t.name for t in teachers]
         if len(set(names)) != len(names):
             raise ValueError(f"teacher names must be unique, got {names}")
-        for cap in ("max_calls", "max_total_tokens"):
-            value = getattr(self, cap)
-            if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValueError(f"{cap} must be a non-negative int or None, got {value!r}")
-        if not (isinstance(self.max_retries, int) and self.max_retries >= 0):
-            raise ValueError(f"max_retries must be a non-negative int, got {self.max_retries!r}")
-        if self.backoff_base_s < 0 or self.backoff_max_s < 0:
-            raise ValueError("backoff_base_s and backoff_max_s must be >= 0")
-        if not (isinstance(self.max_workers, int) and self.max_workers > 0):
-            raise ValueError(f"max_workers must be a positive int, got {self.max_workers!r}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TeacherPoolConfig:
@@ -181,6 +195,8 @@ class _Counters:
     tokens: int = 0
     missing_usage: int = 0
     failures: Counter = field(default_factory=Counter)  # final outcome of a query, by kind (incl. "budget")
+    failures_by_teacher: Counter = field(default_factory=Counter)  # the same, by teacher name
+    down: dict = field(default_factory=dict)  # teacher name -> why its latest query got no answer (DOWN_KINDS)
     attempt_errors: Counter = field(default_factory=Counter)  # every failed request, by kind
     budget_exhausted: bool = False
 
@@ -240,6 +256,8 @@ class TeacherPool:
                 "tokens": c.tokens,
                 "missing_usage": c.missing_usage,
                 "failures": dict(c.failures),
+                "failures_by_teacher": dict(c.failures_by_teacher),
+                "down": dict(c.down),
                 "attempt_errors": dict(c.attempt_errors),
                 "budget_exhausted": c.budget_exhausted,
             }
@@ -253,7 +271,7 @@ class TeacherPool:
             logger.warning(
                 "teacher %s: unexpected %s; no answer for step %s", teacher.name, type(exc).__name__, request.step
             )
-            self._count_failure("unexpected")
+            self._count_failure("unexpected", teacher)
             return None
 
     def _ask_unguarded(self, teacher: TeacherConfig, request: TeacherRequest) -> TeacherAnswer | None:
@@ -266,11 +284,11 @@ class TeacherPool:
         headers = _headers(teacher)
         if headers is None:
             logger.warning("teacher %s: environment variable %s is empty; no answer", teacher.name, teacher.api_key_env)
-            self._count_failure("missing_key")
+            self._count_failure("missing_key", teacher)
             return None
         for attempt in range(self.config.max_retries + 1):
             if not self._reserve_call():
-                self._count_failure("budget")
+                self._count_failure("budget", teacher)
                 return None
             kind, answer, retry_after = self._post(teacher, request, headers)
             if answer is not None:
@@ -291,7 +309,7 @@ class TeacherPool:
                 kind,
                 attempt + 1,
             )
-            self._count_failure(kind)
+            self._count_failure(kind, teacher)
             return None
         raise AssertionError("unreachable")
 
@@ -307,8 +325,9 @@ class TeacherPool:
         }
         if request.tools:
             body["tools"] = request.tools
-            if request.tool_choice not in (None, "auto"):
-                body["tool_choice"] = request.tool_choice
+            choice = request.tool_choice if teacher.tool_choice is None else teacher.tool_choice
+            if choice not in (None, "auto"):
+                body["tool_choice"] = choice
         url = teacher.base_url.rstrip("/") + "/chat/completions"
         try:
             resp = self._client.post(url, json=body, headers=headers, timeout=teacher.timeout_s)
@@ -355,14 +374,18 @@ class TeacherPool:
 
     def _record_success(self, teacher: TeacherConfig, request: TeacherRequest, answer: TeacherAnswer) -> None:
         with self._lock:
+            self._counters.down.pop(teacher.name, None)  # it answers again
             self._counters.successes += 1
             self._counters.tokens += answer.tokens
         if self._cache is not None:
             self._cache.put(request.trace_id, request.step, teacher, answer)
 
-    def _count_failure(self, kind: str) -> None:
+    def _count_failure(self, kind: str, teacher: TeacherConfig) -> None:
         with self._lock:
             self._counters.failures[kind] += 1
+            self._counters.failures_by_teacher[teacher.name] += 1
+            if kind in DOWN_KINDS:
+                self._counters.down[teacher.name] = f"{kind} at {teacher.base_url}"
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         delay = self.config.backoff_base_s * (2**attempt)

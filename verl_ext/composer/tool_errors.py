@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from string import Formatter
-from typing import Any
+from typing import Any, Literal
 
 from verl_ext.composer.agent_trace import (
     OPERATION_NOUNS,
@@ -51,6 +51,7 @@ from verl_ext.composer.agent_trace import (
     question,
     question_operations,
 )
+from verl_ext.config.fields import check_declared, setting
 from verl_ext.mathgen.calculator import same_number
 from verl_ext.reward.answer_extraction import last_boxed
 
@@ -106,28 +107,23 @@ def _regex(value: str | None, name: str) -> re.Pattern | None:
 class ToolErrorRule:
     """One rule of `composer.sdpo.tool_error_rules` (module docstring). Defaults are the fields' own."""
 
-    kind: str  # the site's error_kind (required)
-    hint: str | None = None  # the hint's template text; None: `template` names one the run already has
-    template: str | None = None  # the hint template's key; None: the kind
-    source: str = "tool_result"  # tool_result: a tool's answer; no_call: an episode without any tool call
-    result: str | None = None  # regex searched in the tool's answer; None: any answer
-    call: str | None = None  # regex searched in the call's argument; None: any call
-    check: str | None = None  # one of CHECKS, or None
-    when: str = "always"  # always, or failed: only in an episode whose accuracy is 0
+    kind: str = setting(help="the site's error_kind")
+    hint: str | None = setting(None, help="the hint's template text; null: `template` names one the run already has")
+    template: str | None = setting(None, help="the hint template's key; null: the kind")
+    source: Literal[SOURCES] = setting(
+        "tool_result", help="tool_result: a tool's answer; no_call: an episode without any tool call"
+    )
+    result: str | None = setting(None, help="regex searched in the tool's answer; null: any answer")
+    call: str | None = setting(None, help="regex searched in the call's argument; null: any call")
+    check: Literal[tuple(CHECKS)] | None = setting(None, help="a check of the call against the question; null: none")
+    when: Literal[WHENS] = setting("always", help="always, or failed: only in an episode whose accuracy is 0")
 
     def __post_init__(self):
-        if not isinstance(self.kind, str) or not self.kind:
+        check_declared(self)  # built directly too (tests, code), not only by read_settings
+        if not self.kind:
             raise ValueError(f"kind must be a non-empty string, got {self.kind!r}")
-        if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {self.source!r}")
-        if self.when not in WHENS:
-            raise ValueError(f"when must be one of {WHENS}, got {self.when!r}")
-        if self.check is not None and self.check not in CHECKS:
-            raise ValueError(f"check must be one of {sorted(CHECKS)} or null, got {self.check!r}")
         if self.source == "no_call" and (self.result is not None or self.call is not None or self.check is not None):
             raise ValueError("source no_call reads no tool result: result, call and check must be null")
-        if self.hint is not None and not isinstance(self.hint, str):
-            raise ValueError(f"hint must be a string, got {self.hint!r}")
         object.__setattr__(self, "_result", _regex(self.result, "result"))
         object.__setattr__(self, "_call", _regex(self.call, "call"))
 

@@ -1,8 +1,10 @@
 """The one way the project reads a config block: a typed settings class, its left-out keys from one place.
 
 A settings class is a frozen dataclass with one field per key its block may hold (as verl's own `BaseConfig`
-dataclasses, and prime-rl's configs that forbid extra keys); its `__post_init__` normalises and checks the values,
-raising `ConfigError` naming the key. `read_settings(cls, block, where)` builds one from a run's block:
+dataclasses, and prime-rl's configs that forbid extra keys). Each field declares what the key may hold, once, on the
+field: its type (`int`, `float`, `bool`, `str`, `Literal[...]` for a choice, `X | None`, `tuple[X, ...]`), its bounds
+and its meaning (`setting(default, ge=1, help=...)`). `read_settings(cls, block, where)` builds one from a run's
+block:
 
 * a key the class has no field for is refused, named with the block's path (`unknown curriculum keys ['typo']`),
   with the closest known key as a suggestion;
@@ -12,7 +14,10 @@ raising `ConfigError` naming the key. `read_settings(cls, block, where)` builds 
 * a field whose type is a settings class is a nested block, read the same way at `<where>.<field>`;
 * a field declared with `read_from("data.train_batch_size")` is not a key of the block: it is read from that key of
   the run's config (`cfg`), with the YAML's value when the config leaves it out;
-* a `ValueError` or `TypeError` the class raises comes back as a `ConfigError` prefixed with the block's path.
+* every value is converted to its field's declared type and checked against its choices and bounds, generically:
+  `ConfigError: external_agent.port must be < 65536, got 70000`, the key's dotted name first;
+* a `ValueError` or `TypeError` the class raises comes back as a `ConfigError` prefixed with the block's path. The
+  class's `__post_init__` keeps only what a declaration cannot say (a rule across keys, a command line to split).
 
 `YamlDefaults` is a recipe's YAML (or a package's, such as `advantage/advantage.yaml`), read on first use: the
 value at a dotted key (`value`), the run's value else the YAML's (`setting`), and `fill`, which writes the YAML's
@@ -24,9 +29,8 @@ from __future__ import annotations
 
 import difflib
 import functools
-import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, Field, field, fields, is_dataclass
+from dataclasses import MISSING, Field, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from verl_ext.config.errors import ConfigError
+from verl_ext.config.fields import _nested, check_field
 
 T = TypeVar("T")
 _ABSENT = object()
@@ -74,9 +79,9 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def read_from(key: str) -> Field:
+def read_from(key: str, *, help: str = "") -> Field:
     """A settings field that is not a key of its block but the run config's `key` (read by `read_settings`)."""
-    return field(metadata={"key": key})
+    return field(metadata={"key": key, "help": help})
 
 
 def block_keys(cls: type) -> list[str]:
@@ -142,13 +147,6 @@ class YamlDefaults:
                     OmegaConf.update(cfg, key, value, force_add=True)
 
 
-@functools.cache
-def _nested(cls: type) -> dict[str, type]:
-    """The fields of `cls` whose type is itself a settings class (nested blocks)."""
-    hints = typing.get_type_hints(cls)
-    return {name: t for name, t in hints.items() if isinstance(t, type) and is_dataclass(t)}
-
-
 def read_settings(
     cls: type[T],
     block: Any,
@@ -187,8 +185,11 @@ def read_settings(
             continue
         else:
             continue  # the field's own default
-        if f.name in nested and not isinstance(value, nested[f.name]):
-            value = read_settings(nested[f.name], value, f"{where}.{f.name}", defaults=defaults, cfg=cfg)
+        if f.name in nested:
+            if not isinstance(value, nested[f.name]):
+                value = read_settings(nested[f.name], value, f"{where}.{f.name}", defaults=defaults, cfg=cfg)
+        else:
+            value = check_field(cls, f, value, f.metadata.get("key") or f"{where}.{f.name}")
         values[f.name] = value
     if missing:
         raise ConfigError(f"missing {where} keys {missing}: each is required{required_note}")

@@ -1,12 +1,20 @@
-"""Typed settings of the `trainer.*` keys the project adds to verl's trainer block, each declared once on its field
-(its default, its bounds, what it means), read with `read_settings` (verl_ext/config/settings.py), so a bad value is
-a ConfigError naming the key before Ray starts (the pre-flight reads them) and the trainer reads the same object.
+"""Typed settings of the `trainer.*` keys the project adds to verl's trainer block (`TrainerExtras`: the JSONL log,
+the plot, pass@k, the large held-out evaluation, the trainer class), each declared once on its field (its default,
+its bounds, what it means), read with `read_settings` (verl_ext/config/settings.py), so a bad value is a ConfigError
+naming the key before Ray starts (the pre-flight reads them) and the trainer reads the same object. verl's own
+`trainer.*` keys stay verl's (its dataclass config checks them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from verl_ext.config.errors import ConfigError
+from verl_ext.config.fields import setting
+from verl_ext.config.settings import block_keys, read_settings
+from verl_ext.metrics_log.console import check_baseline
+from verl_ext.metrics_log.plot import check_plot_settings
 
 WHEN = ("first", "last")
 
@@ -15,37 +23,90 @@ WHEN = ("first", "last")
 class HeldoutSettings:
     """`trainer.heldout`: the large held-out evaluation (verl_ext/trainer/heldout.py)."""
 
-    # parquet file(s) of the set, as data.val_files takes them; null = off (the real presets name the generated
-    # task's large set: ${mathgen:heldout,<mix>})
-    files: str | list[str] | None = None
-    # when the run scores it: "first" = before the first training step of a fresh run, "last" = after the last
-    # step; under trainer.val_only it is scored once, whatever this says
-    at: tuple[Literal["first", "last"], ...] = WHEN
-    # questions per generation call; null = every question in one call (the rollout server batches them itself)
-    batch_size: int | None = None
-    # > 0: also k sampled responses per question at the training's sampling settings -> heldout-pass/*/pass@j
-    pass_at_k: int = 0
-
-    def __post_init__(self):
-        at = tuple(self.at or ())
-        bad = [w for w in at if w not in WHEN]
-        if bad:
-            raise ValueError(f"at: {bad} not among {list(WHEN)}")
-        object.__setattr__(self, "at", at)
-        if isinstance(self.files, (list, tuple)) or (self.files is not None and not isinstance(self.files, str)):
-            object.__setattr__(self, "files", [str(f) for f in self.files])
-        if self.batch_size is not None and int(self.batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1 or null, got {self.batch_size}")
-        if int(self.pass_at_k) < 0:
-            raise ValueError(f"pass_at_k must be >= 0, got {self.pass_at_k}")
+    files: str | list[str] | None = setting(
+        None,
+        help="parquet file(s) of the set, as data.val_files takes them; null = off (the real presets name the "
+        "generated task's large set: ${mathgen:heldout,<mix>})",
+    )
+    at: tuple[Literal[WHEN], ...] = setting(
+        WHEN,
+        help="when the run scores it: first = before the first training step of a fresh run, last = after the last "
+        "step; under trainer.val_only it is scored once, whatever this says",
+    )
+    every: int = setting(
+        0,
+        ge=0,
+        help="also after every this many training steps (a long run's curve; 0 = only at `at`)",
+    )
+    batch_size: int | None = setting(
+        None, ge=1, help="questions per generation call; null = every question in one call (the server batches them)"
+    )
+    pass_at_k: int = setting(
+        0,
+        ge=0,
+        help="> 0: also k sampled responses per question at the training's sampling settings -> heldout-pass/*/pass@j",
+    )
 
     @property
     def enabled(self) -> bool:
         return bool(self.files)
 
+    def due(self, step: int, is_last: bool) -> bool:
+        """Whether the evaluation runs after training step `step` (`is_last`: the run's last step)."""
+        if not self.enabled:
+            return False
+        return (is_last and "last" in self.at) or (self.every > 0 and step % self.every == 0)
 
-def read_heldout(cfg) -> HeldoutSettings:
-    """`trainer.heldout` of a run's config (absent: off)."""
-    from verl_ext.config.settings import get, read_settings
 
-    return read_settings(HeldoutSettings, get(cfg, "trainer.heldout"), "trainer.heldout")
+@dataclass(frozen=True)
+class TrainerExtras:
+    """The keys verl-ext adds to verl's `trainer` block."""
+
+    jsonl_metrics_path: str | None = setting(
+        None,
+        help="a JSONL file: one row of metrics per step (step 0: the validation before training), cut back to the "
+        "checkpoint's step on resume; null = none",
+    )
+    plot_keys: tuple[str, ...] = setting(
+        (),
+        help="metrics (or patterns such as val-core/all/acc/mean@*) drawn as curves next to the JSONL log when the "
+        "run ends; needs jsonl_metrics_path",
+    )
+    val_baseline: dict | None = setting(
+        None,
+        help="{label: <text>, value: <number>}: a reference accuracy drawn on the validation panels and printed "
+        "at the end; null = none",
+    )
+    pass_at_k: int | None = setting(
+        0,
+        ge=0,
+        help="responses per validation prompt for pass@k at the last step and under val_only (sampled at the "
+        "training's settings: val-pass/*/pass@j); 0 or null = off",
+    )
+    max_train_minutes: float | None = setting(
+        None,
+        gt=0,
+        help="a budget of training time (time/train_total_s, counted on across resumes): the step expected to pass it "
+        "is the run's last; null = total_training_steps only",
+    )
+    heldout: HeldoutSettings = field(default_factory=HeldoutSettings)
+    trainer_cls: str | None = setting(
+        None, help="the trainer class as a dotted path; null = the project's ExtRayPPOTrainer (a recipe sets its own)"
+    )
+
+    def __post_init__(self):
+        try:
+            check_plot_settings(self.plot_keys, self.jsonl_metrics_path)
+            check_baseline(self.val_baseline)
+        except (ValueError, ImportError) as e:
+            raise ConfigError(str(e)) from None
+
+    @property
+    def responses_for_pass_at_k(self) -> int:
+        return self.pass_at_k or 0
+
+
+def read_trainer_extras(trainer_block) -> TrainerExtras:
+    """The project's keys of a run's `trainer` block (verl's keys beside them are left to verl)."""
+    block = {k: trainer_block[k] for k in block_keys(TrainerExtras) if trainer_block is not None and k in trainer_block}
+    return read_settings(TrainerExtras, block, "trainer")

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from verl_ext.config.fields import check_declared, setting
 from verl_ext.config.settings import read_settings
 
 MIXED, ALL_WRONG, ALL_CORRECT = 0, 1, 2  # outcome codes of one screening
@@ -71,27 +71,20 @@ class MemorySettings:
         the first epoch on. None: the memory starts empty.
     """
 
-    enable: bool
-    key: str
-    skip_all_wrong: float
-    skip_all_correct: float
-    decay: float
-    max_skip: float
-    seed: int
-    init_file: str | None
+    enable: bool = setting(help="turn the memory on (off: the curriculum screens every prompt)")
+    key: str = setting(help="the non_tensor_batch column identifying a prompt across epochs")
+    skip_all_wrong: float = setting(ge=0.0, le=1.0, help="base skip probability after an all-wrong screening")
+    skip_all_correct: float = setting(ge=0.0, le=1.0, help="base skip probability after an all-correct screening")
+    decay: float = setting(gt=0.0, le=1.0, help="per-visit factor on the skip probability of a prompt not re-screened")
+    max_skip: float = setting(ge=0.0, lt=1.0, help="cap on the skip probability (exploration floor 1 - max_skip)")
+    seed: int = setting(ge=0, help="seed of the decision generator")
+    init_file: str | None = setting(help="a pass-rate probe's pass_rates.jsonl: its outcomes as first screenings")
 
     def __post_init__(self):
-        if not isinstance(self.enable, bool):
-            raise ValueError(f"memory.enable must be true or false, got {self.enable!r}")
-        if not isinstance(self.key, str) or not self.key:
+        check_declared(self)  # built directly too (tests, code), not only by read_settings
+        if not self.key:
             raise ValueError(f"memory.key must name a non_tensor_batch column, got {self.key!r}")
-        for name in ("skip_all_wrong", "skip_all_correct"):
-            _check_range(name, getattr(self, name), 0.0, 1.0, high_open=False)
-        _check_range("decay", self.decay, 0.0, 1.0, high_open=False, low_open=True)
-        _check_range("max_skip", self.max_skip, 0.0, 1.0, high_open=True)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer) or self.seed < 0:
-            raise ValueError(f"memory.seed must be an int >= 0, got {self.seed!r}")
-        if self.init_file is not None and not (isinstance(self.init_file, str) and os.path.isfile(self.init_file)):
+        if self.init_file is not None and not os.path.isfile(self.init_file):
             raise ValueError(
                 f"memory.init_file must be null or an existing probe pass_rates.jsonl, got {self.init_file!r}"
             )
@@ -101,15 +94,6 @@ class MemorySettings:
         """From a dict / OmegaConf node with every field; unknown or missing keys are an error naming them."""
         note = " (the recipe's values are in recipe/fast_dapo/config/fast_dapo.yaml)"
         return read_settings(cls, cfg, "curriculum.memory", required_note=note)
-
-
-def _check_range(name, value, low, high, high_open, low_open=False) -> None:
-    ok = isinstance(value, int | float | np.floating | np.integer) and not isinstance(value, bool)
-    ok = ok and math.isfinite(value) and (value > low if low_open else value >= low)
-    ok = ok and (value < high if high_open else value <= high)
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"memory.{name} must be a number in {interval}, got {value!r}")
 
 
 def prompt_keys(values: np.ndarray) -> np.ndarray:

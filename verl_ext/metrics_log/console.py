@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from verl_ext.metrics_log.keys import (
     KEEP_RATE_KEY,
     RESPONSES_PER_GROUP_KEY,
+    TIME_KEY,
     TOOL_CALL_FRAC_KEY,
     TOOL_RESULT_IN_ANSWER_KEY,
 )
@@ -55,8 +56,14 @@ def val_accuracy(metrics: Mapping, prefix: str = "val") -> float | None:
     return None
 
 
-def compact_line(step: int, total_steps: int, metrics: Mapping, seconds: float | None) -> str:
+def compact_line(
+    step: int, total_steps: int, metrics: Mapping, seconds: float | None, budget_min: float | None = None
+) -> str:
+    """One step's console line; with a training-time budget (`budget_min`, trainer.max_train_minutes) the training
+    time so far against it (`12.5/60 min`), the measure the run ends by."""
     parts = [f"step {step:>{len(str(total_steps))}}/{total_steps}"]
+    if budget_min is not None and is_number(metrics.get(TIME_KEY)):
+        parts.append(f"{metrics[TIME_KEY] / 60:.1f}/{budget_min:g} min")
     for label, key, fmt in COLUMNS:
         if is_number(metrics.get(key)):
             parts.append(f"{label} {fmt.format(metrics[key])}")

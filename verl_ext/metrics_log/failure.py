@@ -21,13 +21,40 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"  # verl's: the step of the ru
 RESUME_MODES = ("auto", "disable", "resume_path")  # verl 0.9.1's trainer.resume_mode
 
 
+_OOM = re.compile(r"OutOfMemoryError\b")
+# Ray's memory monitor, in the messages of Ray 2.4x-2.5x: the node's memory, each killed worker's name and memory
+_OOM_NODE = re.compile(r"was (?:running was )?([\d.]+) ?GB(?: used)? / ([\d.]+) ?GB")
+_OOM_WORKER = re.compile(r"(?:name=([^,()]+), )?pid=(\d+), (?:actual )?memory used=([\d.]+) ?GB")
+
+
+def oom_cause(text: str) -> str | None:
+    """One line for Ray's memory monitor killing the run's workers, naming them and the node's memory, or None when
+    `text` is not such a failure."""
+    if not _OOM.search(text):
+        return None
+    workers = [
+        f"{(name or 'a worker').strip()} (pid {pid}, {float(gb):.1f} GB)" for name, pid, gb in _OOM_WORKER.findall(text)
+    ]
+    node = _OOM_NODE.search(text)
+    at = f" with the node at {float(node.group(1)):.1f} of {float(node.group(2)):.1f} GB" if node else ""
+    killed = ", ".join(workers) if workers else "workers of the run"
+    return (
+        f"OutOfMemoryError: Ray's memory monitor killed {killed}{at}: the run needs more memory than the machine "
+        "has free (docs/FAULTS.md: memory)"
+    )
+
+
 def failure_cause(exc: BaseException) -> str:
-    """One line saying why a run failed: the innermost `Error: message` line of a (remote) traceback."""
+    """One line saying why a run failed: the innermost `Error: message` line of a (remote) traceback; for Ray's
+    memory monitor, the workers it killed and the node's memory (`oom_cause`)."""
     text = str(exc)
+    if (oom := oom_cause(text)) is not None:
+        return oom
     for line in reversed(text.splitlines()):
         line = line.strip()
         if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b.*", line):
-            return line
+            # vLLM's "see above" points at a stack trace the terminal does not show: the run's log has it
+            return line.replace("See stack trace (above) for the root cause.", "Its stack trace is in the run's log.")
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 

@@ -1,5 +1,5 @@
-"""Fast DAPO's curriculum metric keys and the agent trainer's tool-use shares, named once: the trainers write them,
-the console line, the plots and the campaign report read them.
+"""Fast DAPO's curriculum metric keys, the agent trainer's tool-use shares and the training time, named once: the
+trainers write them, the console line, the plots and the campaign report read them.
 
 Fast DAPO's trainer (recipe/fast_dapo/fast_dapo_ray_trainer.py) logs its curriculum controller's counters
 (verl_ext/curriculum/controller.py, `DataController.counters`) under CURRICULUM_PREFIX, and two figures of the batch
@@ -22,3 +22,7 @@ MIXED_FRAC_KEY = CURRICULUM_PREFIX + "train_groups_mixed_frac"  # the fraction o
 # The agent trainer's shares of a step's episodes (verl_ext/agent/tool_use.py)
 TOOL_CALL_FRAC_KEY = "agent/tool_call_frac"  # episodes with at least one well-formed tool call
 TOOL_RESULT_IN_ANSWER_KEY = "agent/tool_result_in_answer_frac"  # episodes whose final answer writes a tool's result
+
+# The training loop's cumulative wall time in seconds (verl_ext/trainer/clock.py: carried across resumes), the
+# plots' time axis, the campaign report's cost in time and the console's budget column
+TIME_KEY = "time/train_total_s"

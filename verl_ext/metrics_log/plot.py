@@ -28,11 +28,10 @@ from pathlib import Path
 
 from verl_ext.metrics_log.console import is_number
 from verl_ext.metrics_log.jsonl import read_jsonl
-from verl_ext.metrics_log.keys import TOKENS_KEY
+from verl_ext.metrics_log.keys import TIME_KEY, TOKENS_KEY
 
 Series = tuple[list[float], list[float]]  # (x, values); x are ints for x = step
 
-TIME_KEY = "time/train_total_s"  # cumulative wall time of the training loop in seconds (see the module docstring)
 X_AXES = {"step": None, "tokens": TOKENS_KEY, "time": TIME_KEY}  # --x choice -> the cumulative key it reads
 X_LABELS = {"step": "step", "tokens": "generated tokens", "time": "training time (s)"}
 

@@ -25,27 +25,28 @@ import fnmatch
 from pathlib import Path
 from pprint import pprint
 
-from verl_ext.metrics_log.console import COMPACT_BACKEND, check_baseline, compact_line, run_summary, val_accuracy
+from verl_ext.metrics_log.console import COMPACT_BACKEND, compact_line, run_summary, val_accuracy
 from verl_ext.metrics_log.jsonl import JsonlMetricsWriter, read_jsonl
-from verl_ext.metrics_log.plot import check_plot_settings, plot_runs
+from verl_ext.metrics_log.plot import plot_runs
 
 
 class RunLog:
-    """One training run's logs. Built from `config.trainer` when the trainer is built (the settings are checked then,
-    before any worker starts); `open_tracker` and `open` start the run, `close` ends it."""
+    """One training run's logs. Built when the trainer is built, from settings checked before any worker starts;
+    `open_tracker` and `open` start the run, `close` ends it."""
 
-    def __init__(self, trainer_config):
-        cfg = trainer_config
-        self.jsonl_path: str | None = cfg.get("jsonl_metrics_path")
-        self.plot_keys = list(cfg.get("plot_keys") or [])
-        check_plot_settings(self.plot_keys, self.jsonl_path)
-        logger = cfg.get("logger") or []
-        self.loggers = [logger] if isinstance(logger, str) else list(logger)
+    def __init__(self, extras, loggers, experiment_name: str):
+        """`extras`: the project's `trainer.*` settings (verl_ext/config/trainer_settings.py, `TrainerExtras`: the
+        JSONL log's path, the plot's keys and the baseline, checked when read); `loggers`: `trainer.logger`."""
+        self.jsonl_path: str | None = extras.jsonl_metrics_path
+        self.plot_keys = list(extras.plot_keys)
+        self.loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
         # `compact` (console.py): one short line per step, printed here, not by verl's Tracking
         self.compact = COMPACT_BACKEND in self.loggers
-        self.val_baseline = cfg.get("val_baseline")
-        check_baseline(self.val_baseline)
-        self.experiment_name = cfg.experiment_name  # the curves' label
+        self.val_baseline = extras.val_baseline
+        # the training-time budget in minutes (trainer.max_train_minutes): the console shows the time against it and
+        # the progress bar counts minutes, the measure the run ends by; None: steps
+        self.budget_min: float | None = extras.max_train_minutes
+        self.experiment_name = experiment_name  # the curves' label
         self.tracker = None
         self.writer: JsonlMetricsWriter | None = None
         self.total_steps = 0
@@ -76,11 +77,16 @@ class RunLog:
         if self.jsonl_path:
             self.writer = JsonlMetricsWriter(self.jsonl_path, resume_from_step=step)
 
-    def start_progress(self, done_steps: int) -> None:
-        """The progress bar of the training loop, from `done_steps` of `total_steps`."""
+    def start_progress(self, done_steps: int, done_s: float = 0.0) -> None:
+        """The progress bar of the training loop, from `done_steps` of `total_steps`, or with a training-time budget
+        from `done_s` seconds of its minutes."""
         from tqdm import tqdm
 
-        self._progress = tqdm(total=self.total_steps, initial=done_steps, desc="Training Progress")
+        if self.budget_min is not None:
+            done = min(round(done_s / 60, 1), self.budget_min)
+            self._progress = tqdm(total=self.budget_min, initial=done, unit="min", desc="Training Progress")
+        else:
+            self._progress = tqdm(total=self.total_steps, initial=done_steps, desc="Training Progress")
 
     # ------------------------------------------------------------------ rows
     def first_validation(self, step: int, metrics: dict) -> None:
@@ -102,10 +108,10 @@ class RunLog:
         self.tracker.log(data=metrics, step=step)
         self._note_val(metrics)
         if self.compact:
-            self._progress.write(compact_line(step, self.total_steps, metrics, seconds))
+            self._progress.write(compact_line(step, self.total_steps, metrics, seconds, self.budget_min))
         if self.writer is not None:
             self.writer.log(step, metrics)
-        self._progress.update(1)
+        self._progress.update(1 if self.budget_min is None else round(seconds / 60, 2))
 
     def _note_val(self, metrics: dict) -> None:
         val = val_accuracy(metrics)

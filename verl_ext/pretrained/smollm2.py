@@ -131,6 +131,9 @@ LINE_TOOL_CHAT_TEMPLATE = (
     "{{- '<|im_start|>user\\n" + RESULT_PREFIX + "' + message['content'] + '<|im_end|>\\n' }}" + _PLAIN_TURN_AND_END
 )
 
+# The tool templates by the names a command line gives them (`serve_teachers.py --chat-template line_tool_template`).
+CHAT_TEMPLATES = {"tool_template": TOOL_CHAT_TEMPLATE, "line_tool_template": LINE_TOOL_CHAT_TEMPLATE}
+
 
 class AssetError(RuntimeError):
     """The model could not be fetched or converted; the message says what to do."""

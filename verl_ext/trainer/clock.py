@@ -34,3 +34,12 @@ class TrainClock:
         total = self.read()
         seconds, self._lap_s = total - self._lap_s, total
         return seconds
+
+    def ends_budget(self, budget_s: float | None, steps_done: int) -> bool:
+        """Whether the step about to start is the last one a training-time budget allows: the time so far plus this
+        process's mean step (0 before its first) reaches `budget_s`. False without a budget (None)."""
+        if budget_s is None:
+            return False
+        total = self.read()
+        mean_step = (total - self._base) / steps_done if steps_done else 0.0
+        return total + mean_step >= budget_s

@@ -47,8 +47,13 @@ class HeldoutEval:
         self._dataset = None
         self._loader = None
 
-    def due(self, when: str, val_only: bool = False) -> bool:
-        return self.settings.enabled and (val_only or when in self.settings.at)
+    def due_first(self, val_only: bool = False) -> bool:
+        """Whether it runs before training (`at` holds first) or, under val_only, once."""
+        return self.settings.enabled and (val_only or "first" in self.settings.at)
+
+    def due_after(self, step: int, is_last: bool) -> bool:
+        """Whether it runs after training step `step`: the last one (`at` holds last), or every `every` steps."""
+        return self.settings.due(step, is_last)
 
     def _data(self, trainer):
         if self._dataset is None:

@@ -60,6 +60,20 @@ def test_server_uses_the_cpu_backends_rollout_settings_and_a_small_kv_cache(rele
     assert env["OMP_NUM_THREADS"] == "2" and env["PATH"] == "/bin"
 
 
+def test_the_servers_chat_template_by_name_or_file(released_dir, tmp_path):
+    """--chat-template: the agent's line tool template by name (the teachers see the tools and calls as the policy
+    does), or a file's text; left out, the model's own (no flag)."""
+    from verl_ext.pretrained.smollm2 import LINE_TOOL_CHAT_TEMPLATE
+
+    spec = TeacherSpec("released", released_dir)
+    cmd = server_command(spec, 8123, ServeSettings(chat_template="line_tool_template"))
+    assert cmd[cmd.index("--chat-template") + 1] == LINE_TOOL_CHAT_TEMPLATE
+    (tmp_path / "t.jinja").write_text("{{ messages }}")
+    cmd = server_command(spec, 8123, ServeSettings(chat_template=str(tmp_path / "t.jinja")))
+    assert cmd[cmd.index("--chat-template") + 1] == "{{ messages }}"
+    assert "--chat-template" not in server_command(spec, 8123, ServeSettings())
+
+
 def test_startup_phase_follows_the_log():
     log = ""
     assert startup_phase(log) == "importing vLLM"

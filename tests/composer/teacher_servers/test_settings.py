@@ -81,6 +81,18 @@ def test_settings_errors_name_the_flag():
         ServeSettings(kv_cache_mib=0)
     with pytest.raises(ValueError, match="--max-tokens .* below --max-model-len"):
         ServeSettings(max_tokens=1024, max_model_len=1024)
+    with pytest.raises(ValueError, match=r"--chat-template 'line_template': not a template name"):
+        ServeSettings(chat_template="line_template")
+    with pytest.raises(ValueError, match="--tool-choice must be none, auto or required"):
+        ServeSettings(tool_choice="never")
+
+
+def test_the_teachers_tool_choice_goes_into_the_block_and_through_the_composers_check():
+    entries = pool_entries([("released", "http://127.0.0.1:8001/v1")], ServeSettings(tool_choice="none"))
+    assert entries[0]["tool_choice"] == "none"
+    pool = _composer_pool(merge=OmegaConf.create(yaml.safe_load(render_block(entries))))
+    assert pool.teachers[0].tool_choice == "none"
+    assert "tool_choice" not in ENTRIES[0], "the student's own tool choice unless asked"
 
 
 # -- the printed block -----------------------------------------------------------------------------------------------

@@ -65,7 +65,8 @@ def test_left_out_keys_take_composer_yaml_values():
             cfg.composer.replay.pop(key)
     s = composer_settings(cfg)
     yaml = OmegaConf.load(COMPOSER_YAML).composer
-    assert (s.hint_mode, s.sibling_solution, s.sdpo_form, s.teacher_topk, s.jsd_beta, s.token_clip) == (
+    sdpo, replay = s.sdpo, s.replay
+    assert (sdpo.hint_mode, sdpo.sibling_solution, sdpo.form, sdpo.teacher_topk, sdpo.jsd_beta, sdpo.token_clip) == (
         yaml.sdpo.hint_mode,
         yaml.sdpo.sibling_solution,
         yaml.sdpo.form,
@@ -73,7 +74,7 @@ def test_left_out_keys_take_composer_yaml_values():
         yaml.sdpo.jsd_beta,
         yaml.sdpo.token_clip,
     )
-    assert (s.beta_dpo, s.max_pairs_per_step, s.rule, s.min_agree) == (
+    assert (replay.beta_dpo, replay.max_pairs_per_step, replay.rule, replay.min_agree) == (
         yaml.replay.beta_dpo,
         yaml.replay.max_pairs_per_step,
         yaml.replay.rule,
@@ -144,8 +145,8 @@ def test_config_errors_name_the_key(overrides, match):
 
 
 def test_sdpo_sites_default_to_the_whole_response():
-    assert composer_settings(_cfg(TEACHER)).sdpo_sites == "response"
-    assert composer_settings(_cfg(TEACHER, "composer.sdpo.sites=answer")).sdpo_sites == "answer"
+    assert composer_settings(_cfg(TEACHER)).sdpo.sites == "response"
+    assert composer_settings(_cfg(TEACHER, "composer.sdpo.sites=answer")).sdpo.sites == "answer"
 
 
 def test_baseline_needs_no_teachers_or_reference():
@@ -157,8 +158,10 @@ def test_sampled_token_form_runs_on_any_engine_setting():
     s = composer_settings(
         _cfg(TEACHER, "composer.sdpo.form=sampled_token", "actor_rollout_ref.model.use_fused_kernels=true")
     )
-    assert s.sdpo_form == "sampled_token" and s.teacher_topk == 64 and s.jsd_beta == 0.5 and s.token_clip == 10.0
-    assert composer_settings(_cfg(TEACHER, "composer.sdpo.teacher_topk=null")).teacher_topk == 0  # whole vocabulary
+    sdpo = s.sdpo
+    assert sdpo.form == "sampled_token" and sdpo.teacher_topk == 64 and sdpo.jsd_beta == 0.5 and sdpo.token_clip == 10.0
+    whole_vocabulary = composer_settings(_cfg(TEACHER, "composer.sdpo.teacher_topk=null"))
+    assert whole_vocabulary.sdpo.teacher_topk == 0
 
 
 def test_cpu_demo_preset_composes_for_every_arm():

@@ -12,7 +12,14 @@
    API key. Step 1's prompts go to the teachers, the last step waits for their answers, builds pairs from the two
    that agree (never the dissenter's answer) and trains on them; the channel losses add up to the logged total, and
    the key reaches the scripted server as a bearer token but no file of the run, its checkpoint included.
-4. The launcher is killed with SIGKILL (the hardest case: no clean-up of its own runs): its server, its engine and
+4. The same arm on the real agent (preset/agent_real.yaml: the Agents SDK calculator agent, unchanged, through the
+   gateway), 2 steps against the same teachers: the server runs the agent's line tool template and is asked with
+   tool_choice none (`--chat-template line_tool_template --tool-choice none`: plain chats render as the released
+   template does, so part 3 is unchanged), every teacher request is the agent's turn with its tools; error sites come
+   from the calculator's rules on the recorded tool results (`+tool_errors=calculator` in the preset), the hint-
+   conditioned teacher pass gives SDPO a loss there, and the teachers' answers to the agent's turns make replay pairs
+   written in the agent's call format.
+5. The launcher is killed with SIGKILL (the hardest case: no clean-up of its own runs): its server, its engine and
    the command it ran are gone, and the port is free.
 """
 
@@ -46,9 +53,14 @@ KEY_ENV = "COMPOSER_E2E_KEY"
 
 
 class LoneTeacher(ScriptedChatServer):
-    """A teacher that answers every question with the same non-number, so it never agrees with the others."""
+    """A teacher that answers every question with the same non-number, so it never agrees with the others; the
+    request bodies kept."""
+
+    bodies: list
 
     def respond(self, body, n):
+        self.bodies = getattr(self, "bodies", [])
+        self.bodies.append(body)
         text = "The answer is \\boxed{wrong}"
         completion = {
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
@@ -72,6 +84,7 @@ def _start_launcher(tmp_path: Path) -> tuple[subprocess.Popen, list[dict], Path]
     var = teacher_env.TEACHERS_ENV
     hold = f"import os, time; open({str(seen)!r}, 'w').write(os.environ[{var!r}]); time.sleep(3600)"
     cmd = [sys.executable, str(ROOT / "scripts/serve_teachers.py"), "--model", "released", "--max-tokens", "64"]
+    cmd += ["--chat-template", "line_tool_template", "--tool-choice", "none"]  # for the agent's turns (part 4)
     cmd += ["--log-dir", str(tmp_path / "logs"), "--write", str(block), "--", sys.executable, "-c", hold]
     with open(tmp_path / "launcher.log", "wb") as log:
         launcher = subprocess.Popen(
@@ -151,6 +164,61 @@ def _train_full_arm(teachers: list[dict], out: Path) -> tuple[list[dict], float,
     return read_jsonl(out / "metrics.jsonl"), cfg.algorithm.alpha_sdpo, cfg.composer.beta_replay
 
 
+def _train_agent_full_arm(teachers: list[dict], out: Path) -> list[dict]:
+    """The full arm on the real agent, 2 steps (step 1 asks the teachers about the agent's turns, step 2 trains on
+    the pairs their answers make); the rows of its metrics log."""
+    cfg = e2e_config(
+        "composer",
+        [
+            "+preset=agent_real",
+            "+arm=full",
+            ts.render_override(teachers).strip("'"),
+            f"data.train_batch_size={PROMPTS}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+            "composer.replay.max_pairs_per_step=4",
+            "data.seed=0",
+            f"trainer.total_training_steps={STEPS}",
+            "trainer.val_before_train=false",
+            "trainer.heldout.files=null",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.logger=[console]",
+            "trainer.plot_keys=[]",
+            f"trainer.default_local_dir={out}",
+        ],
+        config_module="recipe.composer.config",
+    )
+    from recipe.composer.main import check
+    from verl_ext.trainer.task_runner import ExtTaskRunner
+
+    check(cfg)
+    run_task_runner(ExtTaskRunner, cfg, env={KEY_ENV: SECRET}, timeout=1800)
+    return read_jsonl(out / "metrics.jsonl")
+
+
+def _check_the_agent_run(rows: list[dict], out: Path, lone: LoneTeacher) -> None:
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    first, last = rows[0], rows[-1]
+    assert all(r["agent/ok"] == r["agent/episodes"] > 0 for r in rows), rows
+    # error sites from the calculator's rules on the recorded conversations, and the hinted teacher pass's loss
+    rule_sites = sum(v for r in rows for k, v in r.items() if k.startswith("sdpo/sites/"))
+    assert rule_sites > 0 and sum(r["sdpo/error_sites"] for r in rows) >= rule_sites, rows
+    assert all(r["loss/sdpo"] > 0 for r in rows if r["sdpo/error_sites"] > 0)
+    assert all(0 <= r["sdpo/failed_covered_frac"] <= 1 for r in rows)
+    # the teachers were asked about the agent's turns, with its tools and tool_choice none
+    agent_bodies = [b for b in lone.bodies if b.get("tools")]
+    assert agent_bodies and all(b["tool_choice"] == "none" for b in agent_bodies)
+    assert all(b["tools"][0]["function"]["name"] == "calc" for b in agent_bodies)
+    assert first["replay/pairs_used"] == 0 and last["teacher/pending_queries"] == 0
+    assert last["replay/pairs_built_total"] > 0 and last["replay/pairs_used"] > 0 and last["loss/replay_dpo"] > 0
+    pairs = [json.loads(line) for line in (out / "replay_pairs.jsonl").read_text().splitlines()]
+    assert pairs and all(p["teachers"] == ["released", "released_b"] for p in pairs)
+    for p in pairs:
+        assert "turn" in p["prompt"] and p["chosen"] != p["rejected"] and "wrong" not in p["chosen"]
+        # an action in the agent's format: a call line, or a final answer
+        assert p["chosen"].startswith("calc: ") or "\\boxed" in p["chosen"], p
+
+
 def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
     start = time.monotonic()
     launcher, entries, _ = _start_launcher(tmp_path)
@@ -167,6 +235,7 @@ def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
             {**entries[0], "name": "lone", "base_url": lone.base_url, "model": "lone", "api_key_env": KEY_ENV},
         ]
         rows, alpha, beta = _train_full_arm(teachers, tmp_path / "run")
+        agent_rows = _train_agent_full_arm(teachers, tmp_path / "agent_run")
     finally:
         lone.close()
         launcher.kill()
@@ -217,4 +286,5 @@ def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
     for path in tmp_path.rglob("*"):
         if path.is_file() and path.stat().st_size < 50_000_000:
             assert SECRET.encode() not in path.read_bytes(), path
+    _check_the_agent_run(agent_rows, tmp_path / "agent_run", lone)
     print(json.dumps({"wall_s": round(time.monotonic() - start, 1), "pairs": len(pairs)}))

@@ -36,8 +36,8 @@ def _with_rules(rules):
 
 
 def test_no_rules_by_default_and_the_calculators_with_its_group():
-    assert composer_settings(_cfg()).tool_error_rules == ()
-    rules = composer_settings(_cfg("+tool_errors=calculator")).tool_error_rules
+    assert composer_settings(_cfg()).sdpo.tool_error_rules == ()
+    rules = composer_settings(_cfg("+tool_errors=calculator")).sdpo.tool_error_rules
     assert all(isinstance(r, ToolErrorRule) for r in rules)
     assert [r.kind for r in rules] == [
         "unbalanced_parenthesis",
@@ -54,7 +54,7 @@ def test_no_rules_by_default_and_the_calculators_with_its_group():
     cfg = _cfg()
     with open_dict(cfg):
         cfg.composer.sdpo.pop("tool_error_rules")
-    assert composer_settings(cfg).tool_error_rules == ()
+    assert composer_settings(cfg).sdpo.tool_error_rules == ()
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_no_rules_by_default_and_the_calculators_with_its_group():
         ([{"kind": "x", "template": "missing"}],
          r"composer\.sdpo\.tool_error_rules\[0\] \(x\): no hint and no template"),
         ([{"kind": "x", "check": "answer_is_part", "hint": "{part}"}, {"kind": "y", "when": "never", "hint": "h"}],
-         r"composer\.sdpo\.tool_error_rules\[1\]: when must be one of"),
+         r"composer\.sdpo\.tool_error_rules\[1\]\.when must be one of \['always', 'failed'\], got 'never'"),
         ("calculator", r"composer\.sdpo\.tool_error_rules must be a list of rules"),
     ],
 )  # fmt: skip
@@ -80,5 +80,5 @@ def test_a_rule_that_cannot_work_is_named(rules, match):
 
 
 def test_a_rule_may_use_a_default_template():
-    (rule,) = composer_settings(_with_rules([{"kind": "tool_error", "result": "^error"}])).tool_error_rules
+    (rule,) = composer_settings(_with_rules([{"kind": "tool_error", "result": "^error"}])).sdpo.tool_error_rules
     assert rule.template_key == "tool_error" and rule.hint is None

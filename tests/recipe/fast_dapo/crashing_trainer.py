@@ -1,10 +1,16 @@
-"""A fast DAPO trainer that dies like a killed job, at one of two points given by environment variables:
+"""A fast DAPO trainer that dies like a killed job, at one of the points given by environment variables:
 
 - `VERL_EXT_TEST_CRASH_AFTER_STEP=k`: right after step k has been logged, before the next one;
-- `VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT=k`: right after step k's checkpoint is complete, before its metrics row.
+- `VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT=k`: right after step k's checkpoint is complete, before its metrics row;
+- `VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP=k`: before the first generation call from step k on, the rollout server's
+  vLLM worker processes are SIGKILLed (as the OOM killer would), the time written to `VERL_EXT_TEST_KILL_STAMP`; the
+  run must notice by itself.
 """
 
 import os
+import signal
+import time
+from pathlib import Path
 
 from recipe.fast_dapo.fast_dapo_ray_trainer import RayFastDAPOTrainer
 
@@ -18,7 +24,31 @@ def _step_from_env(name: str) -> int | None:
     return int(value) if value else None
 
 
+def kill_vllm_workers() -> list[int]:
+    """SIGKILL every vLLM worker process on the machine (the e2e runs are alone on it); their pids."""
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.startswith(b"VLLM::Worker"):
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+    return killed
+
+
 class CrashingFastDAPOTrainer(RayFastDAPOTrainer):
+    def generate(self, gen_batch, timing_raw):
+        kill_at = _step_from_env("VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP")
+        if kill_at is not None and self.global_steps >= kill_at and not getattr(self, "_killed", None):
+            self._killed = kill_vllm_workers()
+            assert self._killed, "no vLLM worker process to kill"
+            Path(os.environ["VERL_EXT_TEST_KILL_STAMP"]).write_text(str(time.time()))
+        return super().generate(gen_batch, timing_raw)
+
     def training_batches(self):
         crash_after = _step_from_env("VERL_EXT_TEST_CRASH_AFTER_STEP")
         for item in super().training_batches():

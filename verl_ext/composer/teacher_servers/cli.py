@@ -41,6 +41,10 @@ _HELP = {  # one line per ServeSettings field for --help (the class docstring sa
     "startup_timeout_s": "per server, until it answers",
     "timeout_s": "the teacher pool's per-request timeout, written into the block",
     "max_tokens": "the teacher pool's answer cap, written into the block",
+    "chat_template": "the servers' chat template: line_tool_template or tool_template (SmolLM2's tool templates), "
+    "or a file (default: the model's own)",
+    "tool_choice": "the teachers' tool choice on an agent's turns, written into the block (none: answer in text, "
+    "read in the policy's call format; the servers parse no tool calls)",
 }
 
 

@@ -30,7 +30,13 @@ from pathlib import Path
 import httpx
 
 from verl_ext.composer.teacher_servers.processes import die_with_launcher, group_pids, pss_mib
-from verl_ext.composer.teacher_servers.settings import ServeSettings, TeacherSpec, check_unique_names, pool_entries
+from verl_ext.composer.teacher_servers.settings import (
+    ServeSettings,
+    TeacherSpec,
+    chat_template_text,
+    check_unique_names,
+    pool_entries,
+)
 
 STOP_GRACE_S = 20.0  # SIGTERM -> SIGKILL
 # vLLM 0.31's start-up log lines, in order, and what the launcher prints for each (the last one seen wins)
@@ -105,6 +111,7 @@ def server_command(spec: TeacherSpec, port: int, settings: ServeSettings) -> lis
         "--seed",
         "0",
         "--disable-uvicorn-access-log",
+        *(["--chat-template", chat_template_text(settings.chat_template)] if settings.chat_template else []),
     ]
 
 

@@ -37,6 +37,11 @@ class ServeSettings:
     startup_timeout_s: per server, from its start until it answers.
     timeout_s, max_tokens: the teacher pool's per-request timeout and answer cap written into the block (a CPU
         teacher generates a few tokens per second beside training; the task's answers take 25-50 tokens).
+    chat_template: the servers' chat template: a name of verl_ext.pretrained.smollm2.CHAT_TEMPLATES (the agent's
+        `line_tool_template`: the teachers see an agent's tools and calls as the policy does), a file, or None: the
+        model's own.
+    tool_choice: written into the block (TeacherConfig.tool_choice): `none` for an agent's turns, which the servers
+        then answer in text (they run no tool-call parser).
     """
 
     dtype: str | None = None
@@ -47,6 +52,8 @@ class ServeSettings:
     startup_timeout_s: float = 900.0
     timeout_s: float = 300.0
     max_tokens: int = 128
+    chat_template: str | None = None
+    tool_choice: str | None = None
     host: str = field(default="127.0.0.1", repr=False)
 
     def __post_init__(self):
@@ -57,8 +64,31 @@ class ServeSettings:
         for name in ("startup_timeout_s", "timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{flag_name(name)} must be > 0, got {getattr(self, name)!r}")
+        if self.tool_choice not in (None, "none", "auto", "required"):
+            raise ValueError(f"--tool-choice must be none, auto or required, got {self.tool_choice!r}")
+        if self.chat_template is not None and chat_template_text(self.chat_template) is None:
+            raise ValueError(
+                f"--chat-template {self.chat_template!r}: not a template name "
+                f"({', '.join(_template_names())}) or a file"
+            )
         if self.max_tokens >= self.max_model_len:
             raise ValueError(f"--max-tokens ({self.max_tokens}) must be below --max-model-len ({self.max_model_len})")
+
+
+def _template_names() -> list[str]:
+    from verl_ext.pretrained.smollm2 import CHAT_TEMPLATES
+
+    return sorted(CHAT_TEMPLATES)
+
+
+def chat_template_text(value: str) -> str | None:
+    """The template `--chat-template` names: one of smollm2's by name, or a file's text; None if neither."""
+    from verl_ext.pretrained.smollm2 import CHAT_TEMPLATES
+
+    if value in CHAT_TEMPLATES:
+        return CHAT_TEMPLATES[value]
+    path = Path(value).expanduser()
+    return path.read_text() if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -134,6 +164,7 @@ def pool_entries(served: Sequence[tuple[str, str]], settings: ServeSettings) -> 
             "api_key_env": None,
             "timeout_s": float(settings.timeout_s),
             "max_tokens": settings.max_tokens,
+            **({"tool_choice": settings.tool_choice} if settings.tool_choice is not None else {}),
         }
         for name, url in served
     ]

@@ -69,18 +69,7 @@ def range_problems(cfg: DictConfig, critic: bool = False) -> list[str]:
     problems.run(_in_range, cfg, "actor_rollout_ref.rollout.gpu_memory_utilization", 1e-12, 1.0, "must be in (0, 1]")
     problems.run(check_cpu_precision, cfg)
     problems.run(check_shared_prefix, cfg)
-    problems.run(check_pass_at_k, get(cfg, "trainer.pass_at_k"))
     return problems.messages
-
-
-def check_pass_at_k(value) -> int:
-    """`trainer.pass_at_k` (responses per held-out prompt for pass@k, verl_ext/trainer/sampled_eval.py) as an int >= 0
-    (absent or null = 0, off), or ConfigError naming the key."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"trainer.pass_at_k must be an integer >= 0 (responses per held-out prompt), got {value!r}")
-    return value
 
 
 def check_cpu_precision(cfg: DictConfig) -> None:

@@ -30,7 +30,7 @@ from verl_ext.config.preflight.file_checks import (
 )
 from verl_ext.config.preflight.plan import Plan, batch_arithmetic, steps_plan
 from verl_ext.config.settings import get
-from verl_ext.config.trainer_settings import read_heldout
+from verl_ext.config.trainer_settings import read_trainer_extras
 
 FILE_MODES = ("full", "config")  # config: skip data/model files (they live on a cluster's storage only)
 
@@ -84,7 +84,8 @@ def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_d
             problems.run(check_context_length, cfg, hf_config)
     dataset_cls = problems.run(custom_dataset_class, cfg)
     first_train = None
-    heldout = problems.run(read_heldout, cfg)
+    extras = problems.run(read_trainer_extras, get(cfg, "trainer"))  # the project's trainer.* keys
+    heldout = extras.heldout if extras else None
     for key in (
         "data.train_files",
         "data.val_files",

@@ -119,17 +119,7 @@ def items_to_messages(items: Any, known_calls: set[str]) -> list[dict]:
         return [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise bad("input must be a non-empty string or a non-empty list of items")
-    known = set(known_calls)
-    out: list[dict] = []
-    turn: dict | None = None  # the assistant turn being folded together
-
-    def assistant() -> dict:
-        nonlocal turn
-        if turn is None:
-            turn = {"role": "assistant", "content": ""}
-            out.append(turn)
-        return turn
-
+    fold = _Fold(known_calls)
     for i, it in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(it, dict):
@@ -137,47 +127,67 @@ def items_to_messages(items: Any, known_calls: set[str]) -> list[dict]:
         kind = it.get("type", "message" if "role" in it else None)
         if kind not in INPUT_ITEM_TYPES:
             raise bad(f"{where}: item type {kind!r} is not supported (supported: {', '.join(INPUT_ITEM_TYPES)})")
-        if kind == "message":
-            role = it.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise bad(f"{where}.role must be user, system, developer or assistant: {role!r}")
-            text = text_parts(it.get("content"), f"{where}.content", _TEXT_IN + ("refusal",) * (role == "assistant"))
-            if role == "assistant":
-                if turn is not None and turn.get("tool_calls"):
-                    turn = None  # text after a turn's calls: a new assistant turn
-                t = assistant()
-                t["content"] += text
-            else:
-                turn = None
-                out.append({"role": "system" if role == "developer" else role, "content": text})
-        elif kind == "reasoning":
-            if turn is not None and (turn["content"] or turn.get("tool_calls")):
-                turn = None  # reasoning opens a turn
-            parts = it.get("content") or it.get("summary") or []
-            reasoning = text_parts(parts, f"{where}.content", ("reasoning_text", "summary_text"))
-            t = assistant()
-            t["reasoning_content"] = t.get("reasoning_content", "") + reasoning
-        elif kind == "function_call":
-            cid, name, args = it.get("call_id"), it.get("name"), it.get("arguments")
-            if not isinstance(cid, str) or not cid:
-                raise bad(f"{where}.call_id must be a non-empty string")
-            if not isinstance(name, str) or not name or not isinstance(args, str):
-                raise bad(f"{where}: a function_call needs a name and arguments (a JSON string)")
-            assistant().setdefault("tool_calls", []).append(
-                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        getattr(fold, kind)(it, where)
+    return fold.out
+
+
+class _Fold:
+    """Input items folded into chat messages, one method per item type: consecutive assistant items (text,
+    reasoning, calls) make one assistant turn; a user/system message or a call's output closes it."""
+
+    def __init__(self, known_calls: set[str]):
+        self.known = set(known_calls)
+        self.out: list[dict] = []
+        self.turn: dict | None = None  # the assistant turn being folded together
+
+    def assistant(self) -> dict:
+        if self.turn is None:
+            self.turn = {"role": "assistant", "content": ""}
+            self.out.append(self.turn)
+        return self.turn
+
+    def message(self, it: dict, where: str) -> None:
+        role = it.get("role")
+        if role not in ("user", "system", "developer", "assistant"):
+            raise bad(f"{where}.role must be user, system, developer or assistant: {role!r}")
+        text = text_parts(it.get("content"), f"{where}.content", _TEXT_IN + ("refusal",) * (role == "assistant"))
+        if role == "assistant":
+            if self.turn is not None and self.turn.get("tool_calls"):
+                self.turn = None  # text after a turn's calls: a new assistant turn
+            self.assistant()["content"] += text
+        else:
+            self.turn = None
+            self.out.append({"role": "system" if role == "developer" else role, "content": text})
+
+    def reasoning(self, it: dict, where: str) -> None:
+        if self.turn is not None and (self.turn["content"] or self.turn.get("tool_calls")):
+            self.turn = None  # reasoning opens a turn
+        parts = it.get("content") or it.get("summary") or []
+        reasoning = text_parts(parts, f"{where}.content", ("reasoning_text", "summary_text"))
+        t = self.assistant()
+        t["reasoning_content"] = t.get("reasoning_content", "") + reasoning
+
+    def function_call(self, it: dict, where: str) -> None:
+        cid, name, args = it.get("call_id"), it.get("name"), it.get("arguments")
+        if not isinstance(cid, str) or not cid:
+            raise bad(f"{where}.call_id must be a non-empty string")
+        if not isinstance(name, str) or not name or not isinstance(args, str):
+            raise bad(f"{where}: a function_call needs a name and arguments (a JSON string)")
+        self.assistant().setdefault("tool_calls", []).append(
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        )
+        self.known.add(cid)
+
+    def function_call_output(self, it: dict, where: str) -> None:
+        self.turn = None
+        cid = it.get("call_id")
+        if cid not in self.known:
+            raise bad(
+                f"{where}: function_call_output for unknown call_id {cid!r} (no function_call with that call_id "
+                "precedes it)",
             )
-            known.add(cid)
-        else:  # function_call_output
-            turn = None
-            cid = it.get("call_id")
-            if cid not in known:
-                raise bad(
-                    f"{where}: function_call_output for unknown call_id {cid!r} (no function_call with that call_id "
-                    "precedes it)",
-                )
-            output = text_parts(it.get("output"), f"{where}.output", _TEXT_IN)
-            out.append({"role": "tool", "tool_call_id": cid, "content": output})
-    return out
+        output = text_parts(it.get("output"), f"{where}.output", _TEXT_IN)
+        self.out.append({"role": "tool", "tool_call_id": cid, "content": output})
 
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -233,6 +243,43 @@ def build_response(
     """The Response object for the core's `result`. `token_logprobs`: OpenAI logprob entries of the sampled tokens
     (when the request included `message.output_text.logprobs`)."""
     incomplete = result.finish_reason == "length"
+    n_in, n_out = len(result.prompt_ids), len(result.response_ids)
+    return {
+        "id": new_id("resp"),
+        "object": "response",
+        "created_at": created_at,
+        "completed_at": created_at,
+        "model": model,
+        "status": "incomplete" if incomplete else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "error": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "previous_response_id": body.get("previous_response_id"),
+        "output": _output_items(result, incomplete, token_logprobs, new_id),
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice") or "auto",
+        "tools": body.get("tools") or [],
+        "temperature": None,
+        "top_p": None,
+        "store": False,
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "metadata": body.get("metadata") or {},
+        "usage": {
+            "input_tokens": n_in,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": n_out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": n_in + n_out,
+        },
+    }
+
+
+def _output_items(
+    result: TurnResult, incomplete: bool, token_logprobs: list[dict] | None, new_id: Callable[[str], str]
+) -> list[dict]:
+    """The response's `output`: the reasoning item, the message, then one function_call item per tool call."""
     output: list[dict] = []
     if result.reasoning:
         output.append(
@@ -266,37 +313,7 @@ def build_response(
                 "status": "completed",
             }
         )
-    n_in, n_out = len(result.prompt_ids), len(result.response_ids)
-    return {
-        "id": new_id("resp"),
-        "object": "response",
-        "created_at": created_at,
-        "completed_at": created_at,
-        "model": model,
-        "status": "incomplete" if incomplete else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "error": None,
-        "instructions": body.get("instructions"),
-        "max_output_tokens": body.get("max_output_tokens"),
-        "previous_response_id": body.get("previous_response_id"),
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": body.get("tool_choice") or "auto",
-        "tools": body.get("tools") or [],
-        "temperature": None,
-        "top_p": None,
-        "store": False,
-        "text": {"format": {"type": "text"}},
-        "truncation": "disabled",
-        "metadata": body.get("metadata") or {},
-        "usage": {
-            "input_tokens": n_in,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": n_out,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": n_in + n_out,
-        },
-    }
+    return output
 
 
 def output_to_messages(response: dict) -> list[dict]:

@@ -1,0 +1,173 @@
+"""Where a run's memory goes: sample every process of a run (a root process and all its descendants: the driver,
+Ray's GCS and raylet, the trainer's workers, the rollout's vLLM server and engine, agent episodes, teacher servers)
+and record its proportional set size (PSS: each shared page counted once, split among the processes that map it, so
+forked agents and Ray workers sharing imports add up to what the machine really holds), every few seconds, until
+the root exits.
+
+    python scripts/measure_memory.py --pid <driver or campaign pid> --out outputs/memory/<run>.json [--every 5]
+    python scripts/measure_memory.py --out outputs/memory/demo_real.json -- make demo-real   # run and watch it
+
+Prints the peak of the total, the machine's available memory at that moment and the breakdown at the peak by
+part; the JSON holds the timeline (seconds, total PSS in GB, per part). Linux only (/proc/<pid>/smaps_rollup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# (part, pattern searched in the process's command line), the first match names the part
+PARTS: tuple[tuple[str, str], ...] = (
+    ("actor+ref (FSDP workers)", r"ray::WorkerDict|ray::.*ActorRolloutRef|ray::.*Worker\.(?:update|compute)"),
+    ("rollout: vLLM engine", r"VLLM::(?:Worker|EngineCore)"),
+    ("rollout: vLLM server", r"vLLMHttpServer|GlobalRequestLoadBalancer"),
+    ("agent loop + gateway", r"AgentLoopWorker"),
+    ("reward workers", r"RewardLoopWorker|_verify_worker"),
+    ("trainer (TaskRunner)", r"TaskRunner"),
+    ("teacher servers", r"serve_teachers|teacher_servers|vllm\.entrypoints"),
+    ("agent episodes", r"agents_sdk_calc|langgraph_calc|forkserver|fork_launch|verl_ext\.agent\.examples"),
+    (
+        "Ray system (GCS, raylet, dashboard, idle workers)",
+        r"gcs_server|raylet|dashboard|ray::IDLE|log_monitor|"
+        r"runtime_env|ray/_private|monitor\.py",
+    ),
+    ("driver / campaign", r"recipe\.\w+\.main|campaign\.py|verl_ext\.trainer\.agent_main"),
+)
+OTHER = "other"
+
+
+def part_of(cmdline: str) -> str:
+    """The part of the run a process belongs to, from its command line (Ray names its workers `ray::Class.method`)."""
+    for part, pattern in PARTS:
+        if re.search(pattern, cmdline):
+            return part
+    return OTHER
+
+
+def children_map() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def descendants(root: int, children: dict[int, list[int]]) -> list[int]:
+    """`root` and every process below it."""
+    seen, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        seen.append(pid)
+        stack.extend(children.get(pid, ()))
+    return seen
+
+
+def pss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def available_gb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def sample(root: int) -> dict:
+    """One reading: total PSS (GB), per part (GB) and the processes counted."""
+    parts: dict[str, float] = {}
+    n = 0
+    for pid in descendants(root, children_map()):
+        kb = pss_kb(pid)
+        if kb is None:
+            continue
+        n += 1
+        part = part_of(cmdline(pid))
+        parts[part] = parts.get(part, 0.0) + kb / 2**20
+    return {"total_gb": sum(parts.values()), "parts_gb": parts, "processes": n, "available_gb": available_gb()}
+
+
+def summarise(timeline: list[dict]) -> dict:
+    """The peak reading and, per part, its own peak over the run (parts peak at different moments)."""
+    peak = max(timeline, key=lambda r: r["total_gb"])
+    part_peaks: dict[str, float] = {}
+    for r in timeline:
+        for part, gb in r["parts_gb"].items():
+            part_peaks[part] = max(part_peaks.get(part, 0.0), gb)
+    return {"peak": peak, "part_peaks_gb": part_peaks, "samples": len(timeline)}
+
+
+def watch(root: int, every: float, out: Path | None) -> dict:
+    t0, timeline = time.monotonic(), []
+    while Path(f"/proc/{root}").exists():
+        reading = sample(root)
+        reading["t_s"] = round(time.monotonic() - t0, 1)
+        timeline.append(reading)
+        if out is not None and len(timeline) % 12 == 1:  # written as it goes: a killed run keeps its figures
+            out.write_text(json.dumps({"timeline": timeline, **summarise(timeline)}, indent=1))
+        time.sleep(every)
+    result = {"timeline": timeline, **summarise(timeline)} if timeline else {"timeline": []}
+    if out is not None:
+        out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def report(result: dict) -> str:
+    if not result.get("timeline"):
+        return "no reading: the process had already exited"
+    peak = result["peak"]
+    lines = [
+        f"peak PSS of the run: {peak['total_gb']:.1f} GB at {peak['t_s']:.0f} s ({peak['processes']} processes; "
+        f"the machine had {peak['available_gb']:.1f} GB available then)",
+        "at the peak, by part (and each part's own peak over the run):",
+    ]
+    for part, gb in sorted(peak["parts_gb"].items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {part:<50} {gb:5.2f} GB   (peak {result['part_peaks_gb'][part]:5.2f})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pid", type=int, help="the run's root process (else the command after --)")
+    p.add_argument("--every", type=float, default=5.0, help="seconds between readings")
+    p.add_argument("--out", type=Path, help="the JSON of the timeline and the peak")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- a command to run and watch")
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if (args.pid is None) == (not command):
+        p.error("give --pid or a command after --, not both")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(command) if command else None
+    result = watch(proc.pid if proc else args.pid, args.every, args.out)
+    print(report(result))
+    return proc.wait() if proc else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
