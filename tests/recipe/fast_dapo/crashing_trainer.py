@@ -24,19 +24,25 @@ def _step_from_env(name: str) -> int | None:
     return int(value) if value else None
 
 
-def kill_vllm_workers() -> list[int]:
-    """SIGKILL every vLLM worker process on the machine (the e2e runs are alone on it); their pids."""
-    killed = []
+def vllm_processes(names: tuple[bytes, ...] = (b"VLLM::Worker", b"VLLM::EngineCore")) -> list[int]:
+    """The pids of the machine's vLLM processes whose command line starts with one of `names` (the e2e runs are
+    alone on it)."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if cmdline.startswith(b"VLLM::Worker"):
-            os.kill(int(entry.name), signal.SIGKILL)
-            killed.append(int(entry.name))
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(names):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def kill_vllm_workers() -> list[int]:
+    """SIGKILL every vLLM worker process; their pids."""
+    killed = vllm_processes((b"VLLM::Worker",))
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
     return killed
 
 

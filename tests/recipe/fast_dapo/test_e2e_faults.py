@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import backend_overrides, run_driver
+from tests.recipe.fast_dapo.crashing_trainer import vllm_processes
 from verl_ext.metrics_log import read_jsonl
 
 pytestmark = pytest.mark.e2e
@@ -51,18 +52,6 @@ def _overrides(out: Path, *extra: str) -> list[str]:
     ]
 
 
-def _vllm_processes() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "cmdline").read_bytes().startswith((b"VLLM::Worker", b"VLLM::EngineCore")):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def test_a_killed_rollout_server_fails_the_run_by_name_and_a_resume_continues(tmp_path, monkeypatch):
     out, stamp = tmp_path / "run", tmp_path / "killed_at"
     monkeypatch.setenv("VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP", "2")
@@ -81,9 +70,9 @@ def test_a_killed_rollout_server_fails_the_run_by_name_and_a_resume_continues(tm
     assert any(f"a resume (trainer.resume_mode=auto) starts from {out}/global_step_1" in line for line in terminal)
     assert not any("validation accuracy" in line for line in terminal), "a failed run printed the summary"
     deadline = time.monotonic() + 30
-    while _vllm_processes() and time.monotonic() < deadline:
+    while vllm_processes() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _vllm_processes() == [], "a vLLM process outlived the run"
+    assert vllm_processes() == [], "a vLLM process outlived the run"
     assert [row["step"] for row in read_jsonl(out / "metrics.jsonl")] == [0, 1]
 
     monkeypatch.delenv("VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP")
