@@ -130,7 +130,28 @@ FAKE_ENTRY = textwrap.dedent("""
         print(f"step {step}/3 | acc {step / 10:.3f}", flush=True)
     w.close()
     Path(args["trainer.default_local_dir"], "calls").open("a").write("x")
+    if args.get("stop_at_seed") == args["data.seed"]:  # as a user would: touch STOP while a run is going
+        Path(args["trainer.default_local_dir"]).parent.joinpath("STOP").touch()
 """)
+
+
+def test_a_stop_file_ends_the_campaign_between_runs_and_the_same_command_goes_on(tmp_path):
+    (tmp_path / "fake_entry.py").write_text(FAKE_ENTRY)
+    spec = "name: demo\nentry: fake_entry\nconditions: {a: [stop_at_seed=1], b: [x=1]}\nseeds: [1, 2]\n"
+    (tmp_path / "spec.yaml").write_text(spec)
+    cmd = [sys.executable, str(ROOT / "scripts" / "campaign.py"), str(tmp_path / "spec.yaml")]
+    cmd += ["--out-root", str(tmp_path / "out")]
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    root = tmp_path / "out" / "demo"
+    assert first.returncode == 0, first.stdout + first.stderr
+    # the run in progress finished; none after it started; the file is consumed
+    assert is_done(root / "a_s1") and not (root / "b_s1").exists() and not (root / "STOP").exists()
+    assert f"[campaign] stopped before b_s1 ({root / 'STOP'} was found)" in first.stdout
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert "[campaign] demo: 4 runs, 1 done before, 3 to run" in second.stdout, second.stdout + second.stderr
+    assert all(is_done(root / f"{c}_s{s}") for c in "ab" for s in (1, 2))
+    assert (root / "a_s1" / "calls").read_text() == "x"  # not run again
 
 
 def test_runner_resumes_reports_failures_and_plots(tmp_path):

@@ -18,6 +18,7 @@ from verl_ext.metrics_log.jsonl import read_jsonl
 from verl_ext.metrics_log.plot import plot_runs
 
 CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
+STOP_FILE = "STOP"  # in the campaign's directory: finish the run in progress, start no other (the file is consumed)
 _STEP_LINE = re.compile(r"^step +\d+/\d+ \|")  # a driver's line per training step (metrics_log/console.py)
 
 
@@ -41,7 +42,10 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
     """Run each plan (`python -m <entry> <overrides>`; the driver's own full log in <run>/run.log, what it shows in
     <run>/console.log) unless its DONE file exists; a failed run is reported and the others still run. One line per
     run started and ended, with the count and the time left estimated from the runs finished so far, and the run's
-    step lines between them (RunProgress). Returns the failed runs' labels. `dry_run`: print the commands only."""
+    step lines between them (RunProgress). A file named STOP in the campaign's directory (`touch
+    outputs/campaign/<name>/STOP`) ends the campaign between two runs, so a machine can be freed without killing a run
+    part-way; the same command later starts where it stopped. Returns the failed runs' labels. `dry_run`: print the
+    commands only."""
     failed: list[str] = []
     todo = [run for run in plans if not is_done(run.run_dir)]
     # the time left is estimated from every run that ran in one go: this invocation's and the earlier ones'
@@ -49,6 +53,11 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
     if not dry_run:
         print(f"[campaign] {spec.name}: {len(plans)} runs, {len(plans) - len(todo)} done before, {len(todo)} to run")
     for i, run in enumerate(todo, start=1):
+        stop = run.run_dir.parent / STOP_FILE
+        if not dry_run and stop.exists():
+            stop.unlink()
+            print(f"[campaign] stopped before {run.label} ({stop} was found); the same command goes on from here")
+            break
         if dry_run:  # quoted for a shell: an override may hold ${...} (a resolver) or spaces
             print(shlex.join(driver_command(spec.entry, run.overrides)))
             continue
