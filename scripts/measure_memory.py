@@ -30,16 +30,19 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("agent loop + gateway", r"AgentLoopWorker"),
     ("reward workers", r"RewardLoopWorker|_verify_worker"),
     ("trainer (TaskRunner)", r"TaskRunner"),
-    ("teacher servers", r"serve_teachers|teacher_servers|vllm\.entrypoints"),
+    ("teacher servers", r"vllm\.entrypoints"),  # scripts/serve_teachers.py's vLLM OpenAI servers
     ("agent episodes", r"agents_sdk_calc|langgraph_calc|forkserver|fork_launch|verl_ext\.agent\.examples"),
     (
         "Ray system (GCS, raylet, dashboard, idle workers)",
         r"gcs_server|raylet|dashboard|ray::IDLE|log_monitor|"
         r"runtime_env|ray/_private|monitor\.py",
     ),
-    ("driver / campaign", r"recipe\.\w+\.main|campaign\.py|verl_ext\.trainer\.agent_main"),
+    ("driver / campaign", r"recipe\.\w+\.main|campaign\.py|verl_ext\.trainer\.agent_main|serve_teachers\.py"),
 )
 OTHER = "other"
+# a part whose processes' children belong to it whatever their names: a teacher server's vLLM engine is named as the
+# rollout's is (VLLM::EngineCore), but it is the teacher's memory
+STICKY = ("teacher servers",)
 
 
 def part_of(cmdline: str) -> str:
@@ -64,13 +67,16 @@ def children_map() -> dict[int, list[int]]:
     return out
 
 
-def descendants(root: int, children: dict[int, list[int]]) -> list[int]:
-    """`root` and every process below it."""
-    seen, stack = [], [root]
+def parts_below(root: int, children: dict[int, list[int]], name_of=None) -> dict[int, str]:
+    """`root` and every process below it, each with its part: its own name's, unless an ancestor's part is sticky."""
+    name_of = name_of or cmdline
+    seen: dict[int, str] = {}
+    stack: list[tuple[int, str | None]] = [(root, None)]
     while stack:
-        pid = stack.pop()
-        seen.append(pid)
-        stack.extend(children.get(pid, ()))
+        pid, inherited = stack.pop()
+        part = inherited if inherited in STICKY else part_of(name_of(pid))
+        seen[pid] = part
+        stack.extend((child, part) for child in children.get(pid, ()))
     return seen
 
 
@@ -102,12 +108,11 @@ def sample(root: int) -> dict:
     """One reading: total PSS (GB), per part (GB) and the processes counted."""
     parts: dict[str, float] = {}
     n = 0
-    for pid in descendants(root, children_map()):
+    for pid, part in parts_below(root, children_map()).items():
         kb = pss_kb(pid)
         if kb is None:
             continue
         n += 1
-        part = part_of(cmdline(pid))
         parts[part] = parts.get(part, 0.0) + kb / 2**20
     return {"total_gb": sum(parts.values()), "parts_gb": parts, "processes": n, "available_gb": available_gb()}
 
@@ -122,9 +127,17 @@ def summarise(timeline: list[dict]) -> dict:
     return {"peak": peak, "part_peaks_gb": part_peaks, "samples": len(timeline)}
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` runs: a process that has exited but not been waited for keeps its /proc entry (a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def watch(root: int, every: float, out: Path | None) -> dict:
     t0, timeline = time.monotonic(), []
-    while Path(f"/proc/{root}").exists():
+    while running(root):
         reading = sample(root)
         reading["t_s"] = round(time.monotonic() - t0, 1)
         timeline.append(reading)
