@@ -8,7 +8,7 @@ the root exits.
     python scripts/measure_memory.py --out outputs/memory/demo_real.json -- make demo-real   # run and watch it
 
 Prints the peak of the total, the machine's available memory at that moment and the breakdown at the peak by
-part; the JSON holds the timeline (seconds, total PSS in GB, per part). Linux only (/proc/<pid>/smaps_rollup).
+part; the JSON holds the timeline (seconds, total PSS in GiB, per part; the keys say gb). Linux only (/proc/<pid>/smaps_rollup).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def available_gb() -> float:
 
 
 def sample(root: int) -> dict:
-    """One reading: total PSS (GB), per part (GB) and the processes counted."""
+    """One reading: total PSS (GiB), per part (GiB) and the processes counted."""
     parts: dict[str, float] = {}
     n = 0
     for pid, part in parts_below(root, children_map()).items():
@@ -155,12 +155,12 @@ def report(result: dict) -> str:
         return "no reading: the process had already exited"
     peak = result["peak"]
     lines = [
-        f"peak PSS of the run: {peak['total_gb']:.1f} GB at {peak['t_s']:.0f} s ({peak['processes']} processes; "
-        f"the machine had {peak['available_gb']:.1f} GB available then)",
+        f"peak PSS of the run: {peak['total_gb']:.1f} GiB at {peak['t_s']:.0f} s ({peak['processes']} processes; "
+        f"the machine had {peak['available_gb']:.1f} GiB available then)",
         "at the peak, by part (and each part's own peak over the run):",
     ]
     for part, gb in sorted(peak["parts_gb"].items(), key=lambda kv: -kv[1]):
-        lines.append(f"  {part:<50} {gb:5.2f} GB   (peak {result['part_peaks_gb'][part]:5.2f})")
+        lines.append(f"  {part:<50} {gb:5.2f} GiB  (peak {result['part_peaks_gb'][part]:5.2f})")
     return "\n".join(lines)
 
 

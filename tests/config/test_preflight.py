@@ -256,6 +256,9 @@ def test_the_plan_of_the_demo_preset(tiny_assets):
     assert plan.estimator == "grpo (verl)" and plan.reward == "pkg://verl_ext.toy.task:compute_score"
     assert plan.first_prompt.endswith("tokens (data.max_prompt_length 64)")
     assert "mode='fast'" in plan.settings
+    # the CPU backend's run: its estimated peak host memory beside what the machine has free (test_preflight_memory)
+    assert plan.memory.startswith("~") and plan.memory.endswith("GiB available now")
+    assert f"  memory     {plan.memory}" in plan.render().splitlines()
 
 
 def test_the_heldout_set_is_checked_like_the_data(tiny_assets, tmp_path):

@@ -32,6 +32,7 @@ class Plan:
     estimator: str = "-"
     reward: str = "-"
     settings: str = ""
+    memory: str = ""  # the estimated peak host memory on the CPU backend (memory.py)
     notes: list[str] = field(default_factory=list)
 
     def render(self) -> str:
@@ -48,6 +49,8 @@ class Plan:
         ]
         if self.settings:
             lines.append(f"  settings   {self.settings}")
+        if self.memory:
+            lines.append(f"  memory     {self.memory}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 

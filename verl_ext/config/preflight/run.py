@@ -28,6 +28,7 @@ from verl_ext.config.preflight.file_checks import (
     prompt_tokens,
     read_data_file,
 )
+from verl_ext.config.preflight.memory import available_gib, estimate, memory_lines, run_shape
 from verl_ext.config.preflight.plan import Plan, batch_arithmetic, steps_plan
 from verl_ext.config.settings import get
 from verl_ext.config.trainer_settings import read_trainer_extras
@@ -60,7 +61,9 @@ def preflight(
     plan.reward = problems.run(check_reward, cfg) or plan.reward
     n = responses_per_prompt or number(cfg, "actor_rollout_ref.rollout.n", int) or 1
     if files == "full":
-        _check_files(cfg, plan, problems, reward_reads_data)
+        hf_config = _check_files(cfg, plan, problems, reward_reads_data)
+        if hf_config and get(cfg, "trainer.device") == "cpu":  # on CPU every part of the run is in host memory
+            _note_memory(cfg, hf_config, plan, problems)
         if uses_critic(cfg):
             problems.run(check_model, cfg, "critic.model.path")
     if not problems.messages:  # verl's validation assumes sane numbers (and builds the critic's model config)
@@ -74,10 +77,21 @@ def preflight(
     return plan
 
 
-def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_data: bool) -> None:
-    """The model directory and the data files, into `plan` (model, data rows, first prompt's tokens)."""
+def _note_memory(cfg: DictConfig, hf_config: dict, plan: Plan, problems: Problems) -> None:
+    """The run's estimated peak host memory into the plan, and a warning note when it would not fit now."""
+    shape = problems.run(run_shape, cfg, hf_config)
+    if shape is None:
+        return
+    plan.memory, warning = memory_lines(estimate(shape), shape, *available_gib())
+    if warning:
+        plan.notes.append(warning)
+
+
+def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_data: bool) -> dict | None:
+    """The model directory and the data files, into `plan` (model, data rows, first prompt's tokens); the model's
+    config.json when it was read."""
     model = problems.run(check_model, cfg)
-    tokenizer_dir = None
+    tokenizer_dir, hf_config = None, None
     if model:
         plan.model, hf_config, tokenizer_dir = model
         if hf_config:
@@ -95,6 +109,7 @@ def _check_files(cfg: DictConfig, plan: Plan, problems: Problems, reward_reads_d
         first_train = first if key == "data.train_files" else first_train
     if first_train is not None and tokenizer_dir:
         _note_first_prompt(cfg, plan, problems, tokenizer_dir, first_train)
+    return hf_config
 
 
 def _check_data(cfg, key: str, dataset_cls, plan: Plan, problems: Problems, reward_reads_data: bool) -> list | None:
