@@ -28,6 +28,8 @@ def test_settings_default_off_and_name_a_bad_key():
         read_trainer_extras(OmegaConf.create({"heldout": {"batch_size": 0}}))
     with pytest.raises(ConfigError, match="trainer.heldout.every must be >= 0, got -1"):
         read_trainer_extras(OmegaConf.create({"heldout": {"every": -1}}))
+    with pytest.raises(ConfigError, match="trainer.heldout.pass_at_k_questions must be >= 1, got 0"):
+        read_trainer_extras(OmegaConf.create({"heldout": {"pass_at_k_questions": 0}}))
 
 
 def test_due_first_last_every_and_under_val_only():

@@ -46,6 +46,12 @@ class HeldoutSettings:
         ge=0,
         help="> 0: also k sampled responses per question at the training's sampling settings -> heldout-pass/*/pass@j",
     )
+    pass_at_k_questions: int | None = setting(
+        None,
+        ge=1,
+        help="pass@k on the set's first this many questions only (k samples of 1,024 questions cost k greedy "
+        "passes); null = every question",
+    )
 
     @property
     def enabled(self) -> bool:

@@ -13,7 +13,8 @@ metrics come back under `heldout-core/` and `heldout-aux/` instead of `val-core/
 (`heldout-core/<source>/acc/mean@1`, `heldout-core/all/...` over several sources), its answers in
 `<trainer.validation_data_dir>/heldout/<step>.jsonl`, its wall time as `heldout/seconds`. With `pass_at_k > 0`,
 k responses per question at the training's sampling settings add `heldout-pass/<source>/pass@j`
-(sampled_eval.py). The set's rows are read with the run's `data` settings (prompt length, chat template).
+(sampled_eval.py), on the first `pass_at_k_questions` questions when set (`heldout/pass_questions`). The set's rows
+are read with the run's `data` settings (prompt length, chat template).
 """
 
 from __future__ import annotations
@@ -76,14 +77,23 @@ class HeldoutEval:
         with _validating_on(trainer, loader):
             metrics = rename(trainer._validate())
         if self.settings.pass_at_k:
-            from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
-
-            per_call = self.settings.batch_size or len(dataset)
-            sampled = sample_counts(trainer, dataset, self.settings.pass_at_k, per_call, "acc", desc="held-out pass@k")
-            metrics.update(rename(pass_at_k_metrics(sampled)))
+            metrics.update(self._pass_at_k(trainer, dataset))
         metrics[f"{PREFIX}/seconds"] = time.monotonic() - t0
         metrics[f"{PREFIX}/questions"] = float(len(dataset))
         return metrics
+
+    def _pass_at_k(self, trainer, dataset) -> dict:
+        """`heldout-pass/*/pass@j` on the set's first `pass_at_k_questions` questions (all by default)."""
+        from torch.utils.data import Subset
+
+        from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
+
+        n = min(self.settings.pass_at_k_questions or len(dataset), len(dataset))
+        questions = dataset if n == len(dataset) else Subset(dataset, range(n))
+        per_call = min(self.settings.batch_size or n, n)
+        k = self.settings.pass_at_k
+        sampled = sample_counts(trainer, questions, k, per_call, "acc", desc=f"held-out pass@{k}: {n} questions")
+        return {**rename(pass_at_k_metrics(sampled)), f"{PREFIX}/pass_questions": float(n)}
 
 
 @contextlib.contextmanager

@@ -139,6 +139,8 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
         "trainer.pass_at_k=4",
         f"trainer.validation_data_dir={evaluated / 'validation'}",
         *heldout,
+        "+trainer.heldout.pass_at_k=4",
+        "+trainer.heldout.pass_at_k_questions=10",
     ]
     run_task_runner(ExtTaskRunner, _config(val_only))
     assert read_jsonl(out / "metrics.jsonl") == rows
@@ -158,3 +160,6 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     assert len(answers) == 100 == only["heldout/questions"]
     assert only["heldout-core/toy_copy_digit/acc/mean@1"] == pytest.approx(sum(a["acc"] for a in answers) / 100)
     assert len((evaluated / "validation" / "4.jsonl").read_text().splitlines()) == 6
+    # its pass@k on the set's first 10 questions only (the greedy accuracy above took all 100)
+    at = [only[f"heldout-pass/toy_copy_digit/pass@{j}"] for j in (1, 2, 4)]
+    assert 0.0 <= at[0] <= at[1] <= at[2] <= 1.0 and only["heldout/pass_questions"] == 10, at
