@@ -3,6 +3,7 @@ resumes (a real subprocess per run; the entry point is a small module that write
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -187,11 +188,16 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
         "[campaign] 1/4 good_s1: step 2/3 | acc 0.200",
         "[campaign] 1/4 good_s1: step 3/3 | acc 0.300",
     ]
-    finished = r"\[campaign\] 1/4 good_s1: finished in \d+ min; 3 left, ~\d+ min \(mean of 1 finished\)"
+    finished = r"\[campaign\] 1/4 good_s1: finished in \d+ min; peak memory \d+\.\d GiB; 3 left, ~\d+ min"
+    finished += r" \(mean of 1 finished\)"
     assert re.fullmatch(finished, lines[5]), lines[5]
     assert lines[6] == "[campaign] 2/4 bad_s1: started"
     assert re.match(r"\[campaign\] 2/4 bad_s1: FAILED \(exit 3\) after \d+ min: ValueError: the reward", lines[7])
     assert lines[7].endswith(f"; see {tmp_path / 'out' / 'demo' / 'bad_s1' / 'run.log'}")
+    # each run's memory, sampled while it ran: the runner's and its driver's (a fake one, no Ray under it)
+    memory = json.loads((tmp_path / "out" / "demo" / "good_s1" / "memory.json").read_text())
+    assert memory["peak"]["processes"] == 2 and memory["peak"]["total_gb"] > 0.01
+    assert set(memory["peak"]["parts_gb"]) <= {"driver / campaign", "other"}
     assert lines[13] == "[campaign] 4/4 bad_s2: started" and "FAILED" in lines[14]
     # the run's own console keeps every line it wrote, the campaign shows none but those
     console = (tmp_path / "out" / "demo" / "good_s1" / "console.log").read_text()

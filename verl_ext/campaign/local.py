@@ -5,6 +5,7 @@ job per run, is `submit.py`; the command line for both is `cli.py` (`scripts/cam
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -15,9 +16,11 @@ from verl_ext.launch.artifacts import CHECKPOINT_TRACKER, METRICS_FILE
 from verl_ext.launch.local_run import driver_command, run_driver
 from verl_ext.metrics_log.failure import failed_cause
 from verl_ext.metrics_log.jsonl import read_jsonl
+from verl_ext.metrics_log.memory_watch import MemoryWatch
 from verl_ext.metrics_log.plot import plot_runs
 
 CONSOLE_FILE = "console.log"  # a run's terminal output (its full log is the driver's run.log beside it)
+MEMORY_FILE = "memory.json"  # the run's memory while it ran (metrics_log/memory_watch.py); a resumed run's last part
 STOP_FILE = "STOP"  # in the campaign's directory: finish the run in progress, start no other (the file is consumed)
 _STEP_LINE = re.compile(r"^step +\d+/\d+ \|")  # a driver's line per training step (metrics_log/console.py)
 
@@ -42,10 +45,11 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
     """Run each plan (`python -m <entry> <overrides>`; the driver's own full log in <run>/run.log, what it shows in
     <run>/console.log) unless its DONE file exists; a failed run is reported and the others still run. One line per
     run started and ended, with the count and the time left estimated from the runs finished so far, and the run's
-    step lines between them (RunProgress). A file named STOP in the campaign's directory (`touch
-    outputs/campaign/<name>/STOP`) ends the campaign between two runs, so a machine can be freed without killing a run
-    part-way; the same command later starts where it stopped. Returns the failed runs' labels. `dry_run`: print the
-    commands only."""
+    step lines between them (RunProgress), and its peak memory (this runner and every process of the run, sampled
+    every 10 s into <run>/memory.json: metrics_log/memory_watch.py). A file named STOP in the campaign's directory
+    (`touch outputs/campaign/<name>/STOP`) ends the campaign between two runs, so a machine can be freed without
+    killing a run part-way; the same command later starts where it stopped. Returns the failed runs' labels.
+    `dry_run`: print the commands only."""
     failed: list[str] = []
     todo = [run for run in plans if not is_done(run.run_dir)]
     # the time left is estimated from every run that ran in one go: this invocation's and the earlier ones'
@@ -64,18 +68,21 @@ def run_local(spec: CampaignSpec, plans: list[RunPlan], dry_run: bool = False) -
         watch = RunProgress(f"[campaign] {i}/{len(todo)} {run.label}")
         print(f"{watch.tag}: started", flush=True)
         start, resumed = time.monotonic(), (run.run_dir / CHECKPOINT_TRACKER).exists()
-        rc = run_driver(spec.entry, run.overrides, run.run_dir / CONSOLE_FILE, append=True, on_line=watch)
+        memory = MemoryWatch(run.run_dir / MEMORY_FILE)
+        with memory.of(os.getpid()):  # this runner and the run's every process below it
+            rc = run_driver(spec.entry, run.overrides, run.run_dir / CONSOLE_FILE, append=True, on_line=watch)
         took = time.monotonic() - start
+        peak = f"; peak memory {memory.peak_gib:.1f} GiB" if memory.peak_gib is not None else ""
         if rc == 0:
             mark_done(run.run_dir, None if resumed else took)  # a resumed run's time is only its last part
             if not resumed:
                 durations.append(took)
-            print(f"{watch.tag}: finished in {_minutes(took)}; {progress(durations, len(todo) - i)}", flush=True)
+            print(f"{watch.tag}: finished in {_minutes(took)}{peak}; {progress(durations, len(todo) - i)}", flush=True)
         else:
             failed.append(run.label)
             cause = f": {watch.cause}" if watch.cause else ""
             print(
-                f"{watch.tag}: FAILED (exit {rc}) after {_minutes(took)}{cause}; see {run.run_dir / 'run.log'}",
+                f"{watch.tag}: FAILED (exit {rc}) after {_minutes(took)}{cause}{peak}; see {run.run_dir / 'run.log'}",
                 flush=True,
             )
     return failed
