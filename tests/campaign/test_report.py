@@ -496,25 +496,29 @@ def test_report_prints_the_predicted_ratio_beside_the_measured_one(tmp_path, cam
         main([*args, "--seeds", "9"])
 
 
-def test_time_net_of_validation_subtracts_the_validations_run_so_far():
-    """Reference form: net time = training time - the sum of the validation times logged at steps 1..s; the
-    validation before training (step 0) is not in the training time and not subtracted. The loaded records are left
-    as read: the derived key is on copies."""
+def test_time_net_of_validation_subtracts_the_evaluations_run_so_far():
+    """Reference form: net time = training time - the sum of the evaluation times (validation, large held-out
+    evaluation, held-out pass@k) logged at steps 1..s; what ran before training (step 0) is not in the training time
+    and not subtracted. The loaded records are left as read: the derived key is on copies."""
     from verl_ext.campaign.derived import NET_TIME_KEY, VAL_TIME_KEY, time_net_of_validation
 
+    heldout, pass_at_k = "timing_s/heldout", "timing_s/pass_at_k"
     recs = [
-        {"step": 0, VAL_TIME_KEY: 9.0},
+        {"step": 0, VAL_TIME_KEY: 9.0, heldout: 100.0},
         {"step": 2, TIME: 30.0, VAL_TIME_KEY: 5.0},
         {"step": 1, TIME: 10.0},
         {"step": 3, TIME: 45.0},
-        {"step": 4, VAL_TIME_KEY: 4.0},  # a row without its time (recovered): nothing derived
-        {"step": 5, TIME: 80.0},
+        {"step": 4, VAL_TIME_KEY: 4.0, heldout: 6.0},  # a row without its time (recovered): nothing derived
+        {"step": 5, TIME: 80.0, heldout: 3.0, pass_at_k: 2.0},
     ]
     campaign = {"c": {0: recs}}
     derived = time_net_of_validation(campaign, TIME)
     assert derived is not None
     net = derived["c"][0]
-    assert {r["step"]: r.get(NET_TIME_KEY) for r in net} == {0: None, 1: 10.0, 2: 25.0, 3: 40.0, 4: None, 5: 71.0}
+    assert {r["step"]: r.get(NET_TIME_KEY) for r in net} == {0: None, 1: 10.0, 2: 25.0, 3: 40.0, 4: None, 5: 60.0}
+    # the held-out evaluation alone is evaluation time too
+    alone = time_net_of_validation({"c": {0: [{"step": 1, TIME: 30.0, heldout: 20.0}]}}, TIME)
+    assert alone["c"][0][0][NET_TIME_KEY] == 10.0
     assert [{k: v for k, v in r.items() if k != NET_TIME_KEY} for r in net] == recs  # the rows, in their order
     assert all(NET_TIME_KEY not in r for r in recs)
     assert time_net_of_validation({"c": {0: [{"step": 1, TIME: 3.0}]}}, TIME) is None

@@ -1,11 +1,12 @@
 """Cost metrics the campaign report derives from the logged ones, as a new campaign: the loaded records are left as
 read, and each derived key goes on copies of them.
 
-- Training time net of validation (NET_TIME_KEY): on every row that logged the training time, that time less the
-  validations run so far (the row's own included; the validation before training, step 0, is not in the training
-  time and is not subtracted). The validations are the same in every condition of a campaign (same set, same
-  schedule), so they add a constant to each arm's cost at each validation and pull cost ratios towards 1; the net
-  time is what the conditions spend differently.
+- Training time net of evaluation (NET_TIME_KEY): on every row that logged the training time, that time less the
+  evaluations run so far during training (the row's own included): the validations, the large held-out evaluations
+  and the held-out pass@k (EVAL_TIME_KEYS; what runs before training, step 0, is not in the training time and is not
+  subtracted). The evaluations are the same in every condition of a campaign (same sets, same schedule), so they add
+  a constant to each arm's cost at each evaluation and pull cost ratios towards 1; the net time is what the
+  conditions spend differently.
 - Informative groups trained (INFORMATIVE_KEY): on every row that logged a training batch, the groups with a mixed
   reward (the only ones with a non-zero group-relative advantage) trained on up to and including the row's step. The
   arms differ in what a step holds (plain trains every group it drew, dapo and fast only mixed ones), so accuracy
@@ -24,13 +25,15 @@ from verl_ext.metrics_log.console import is_number
 from verl_ext.metrics_log.keys import MIXED_FRAC_KEY, TRAIN_BATCH_GROUPS_KEY
 
 VAL_TIME_KEY = "timing_s/testing"  # a step's validation time (verl's timer), in the step's training time
-NET_TIME_KEY = "time/train_net_of_val_s"  # derived: training time less the validations during training
+# every evaluation a step's training time holds (the trainer's timers: verl_ext/trainer/loop.py)
+EVAL_TIME_KEYS = (VAL_TIME_KEY, "timing_s/heldout", "timing_s/pass_at_k")
+NET_TIME_KEY = "time/train_net_of_val_s"  # derived: training time less the evaluations during training
 INFORMATIVE_KEY = "curriculum/informative_groups_trained"  # derived: mixed groups trained on so far
 
 
 def time_net_of_validation(campaign: Campaign, time_key: str) -> Campaign | None:
-    """The campaign with NET_TIME_KEY beside `time_key` (module docstring); None if no run logged validation time."""
-    if not any(is_number(r.get(VAL_TIME_KEY)) for r in _rows(campaign)):
+    """The campaign with NET_TIME_KEY beside `time_key` (module docstring); None if no run logged evaluation time."""
+    if not any(is_number(r.get(k)) for r in _rows(campaign) for k in EVAL_TIME_KEYS):
         return None
     return _with_key(campaign, NET_TIME_KEY, lambda records: _net_of_validation(records, time_key))
 
@@ -46,8 +49,8 @@ def informative_groups(campaign: Campaign) -> Campaign | None:
 def _net_of_validation(records: Records, time_key: str) -> dict[int, float]:
     net, validating = {}, 0.0
     for i, r in _by_step(records):
-        if r["step"] > 0 and is_number(r.get(VAL_TIME_KEY)):
-            validating += float(r[VAL_TIME_KEY])
+        if r["step"] > 0:
+            validating += sum(float(r[k]) for k in EVAL_TIME_KEYS if is_number(r.get(k)))
         if is_number(r.get(time_key)):
             net[i] = float(r[time_key]) - validating
     return net

@@ -329,7 +329,7 @@ def with_derived_costs(campaign: Campaign, tokens_key: str, time_key: str) -> tu
     for key in [k for k in costs if not any(logs_key(recs, k) for runs in campaign.values() for recs in runs.values())]:
         print(f"[report] no run logged {key!r} ({costs.pop(key)}): no cost column or panel for it")
     if (net := time_net_of_validation(campaign, time_key)) is not None:
-        campaign, costs[NET_TIME_KEY] = net, "training time net of validation (s)"
+        campaign, costs[NET_TIME_KEY] = net, "training time net of evaluation (s)"
     if (informative := informative_groups(campaign)) is not None:
         campaign, costs[INFORMATIVE_KEY] = informative, "informative groups trained"
     return campaign, costs
