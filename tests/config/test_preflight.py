@@ -261,6 +261,18 @@ def test_the_plan_of_the_demo_preset(tiny_assets):
     assert f"  memory     {plan.memory}" in plan.render().splitlines()
 
 
+def test_a_model_the_memory_estimate_cannot_size_still_runs(tiny_assets, tmp_path):
+    """A model whose config.json lacks a size the estimate reads (an architecture named otherwise) is not estimated:
+    the plan says which key, and the run is not refused for it."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_assets.model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    del config["intermediate_size"]
+    (model / "config.json").write_text(json.dumps(config))
+    plan = _check("fast_dapo", [f"actor_rollout_ref.model.path={model}"])
+    assert plan.memory == "not estimated: the model's config.json has no 'intermediate_size'"
+
+
 def test_the_heldout_set_is_checked_like_the_data(tiny_assets, tmp_path):
     """`trainer.heldout.files` (the large held-out evaluation) is read before Ray starts, as data.val_files is."""
     with pytest.raises(ConfigError, match=r"trainer.heldout.files: '.*missing.parquet' does not exist"):

@@ -63,9 +63,13 @@ def test_the_estimate_is_within_15_percent_of_each_measured_peak(name):
     assert abs(est.total_gib / measured - 1) <= 0.15, (est.render(), measured)
 
 
+def base_shape() -> RunShape:
+    """The agent preset's shape: 416 tokens, update micro-batches of 8 rows, log-probs 16, 1 GiB of KV cache."""
+    return RunShape(ModelShape.from_hf_config(_smollm2_config()), 416, 8, 16, False, 1.0, 32)
+
+
 def _shape(**changes) -> RunShape:
-    base = RunShape(ModelShape.from_hf_config(_smollm2_config()), 416, 8, 16, False, 1.0, 32)
-    return replace(base, **changes)
+    return replace(base_shape(), **changes)
 
 
 def test_the_parts_follow_the_settings():
@@ -79,6 +83,13 @@ def test_the_parts_follow_the_settings():
     assert "a log-prob pass's logits" in estimate(_shape(update_rows=2)).parts_gib
     # the KV cache counts whole GiB
     assert estimate(_shape(kv_cache_gib=3.0)).total_gib - base.total_gib == pytest.approx(2.0)
+    # activation checkpointing keeps a layer's input (hidden floats a token) and one layer's activations
+    m, tokens = base_shape().model, 0.8 * 8 * 416
+    layer = 6 * 576 + 2 * 192 + 4 * 1536 + 9 * 416
+    assert estimate(_shape(checkpointing=True)).update_gib == pytest.approx(
+        tokens * (30 * m.hidden + layer + 3 * m.vocab) * 4 / 2**30
+    )
+    assert base.update_gib == pytest.approx(tokens * (30 * layer + 3 * m.vocab) * 4 / 2**30)
 
 
 def test_a_run_that_would_not_fit_is_warned_with_the_settings_that_bring_it_under():
@@ -92,6 +103,10 @@ def test_a_run_that_would_not_fit_is_warned_with_the_settings_that_bring_it_unde
     saved = est.total_gib - estimate(replace(shape, update_rows=4)).total_gib
     assert f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 (-{saved:.1f} GiB; the same update)" in warning
     assert "VLLM_CPU_KVCACHE_SPACE=1 (-2.0 GiB of KV cache)" in warning
+    saved = est.total_gib - estimate(replace(shape, checkpointing=True)).total_gib
+    assert f"enable_gradient_checkpointing=true (-{saved:.1f} GiB; slower backward passes)" in warning
+    _, warning = memory_lines(est, replace(shape, checkpointing=True), available=5.0, total=24.0)
+    assert "enable_gradient_checkpointing" not in warning  # already on
     # where a log-prob pass is the largest part, its micro-batches are the setting named
     shape = _shape(update_rows=1)
     _, warning = memory_lines(estimate(shape), shape, available=5.0, total=24.0)

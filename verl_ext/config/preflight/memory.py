@@ -14,8 +14,9 @@ trains, a log-prob pass's logits, the agent episodes while they run):
                         driver, Ray's own processes, the TaskRunner, agent loop and reward workers
     + the largest of
       the update        rows x L tokens x (every layer's activations kept for the backward pass: eager attention's
-                        6h + 2kv + 4I + heads x L floats a layer; the logits three times over: logits, log-softmax,
-                        gradient), x UPDATE_FILL: rows are shorter than L = prompt + response (measured)
+                        6h + 2kv + 4I + heads x L floats a layer, or with activation checkpointing each layer's input
+                        and one layer's activations; the logits three times over: logits, log-softmax, gradient),
+                        x UPDATE_FILL: rows are shorter than L = prompt + response (measured)
       a log-prob pass   rows x L x 3 x vocab floats (forward only: the logits)
       agent episodes    AGENT_EPISODE_GIB per episode run at once
 
@@ -88,6 +89,7 @@ class RunShape:
     reference: bool  # a reference model in the actor's worker
     kv_cache_gib: float
     agent_episodes: int  # agent episodes run at once (0: no agent)
+    checkpointing: bool = False  # activation checkpointing: a layer's input kept, its activations recomputed
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,9 @@ def estimate(shape: RunShape) -> MemoryEstimate:
     m, length = shape.model, shape.seq_len
     layer_floats = 6 * m.hidden + 2 * m.kv + 4 * m.mlp + m.heads * length
     logits_floats = 3 * m.vocab
-    update = UPDATE_FILL * shape.update_rows * length * (m.layers * layer_floats + logits_floats) * FLOAT / GIB
+    # with checkpointing, each layer keeps its input and one layer at a time its activations
+    kept = m.layers * m.hidden + layer_floats if shape.checkpointing else m.layers * layer_floats
+    update = UPDATE_FILL * shape.update_rows * length * (kept + logits_floats) * FLOAT / GIB
     log_prob = shape.log_prob_rows * length * logits_floats * FLOAT / GIB
     episodes = AGENT_EPISODE_GIB * shape.agent_episodes
     states = m.params * FLOAT * (4 + (1 if shape.reference else 0)) / GIB
@@ -141,6 +145,7 @@ def run_shape(cfg: DictConfig, hf_config: dict) -> RunShape:
         reference=reference,
         kv_cache_gib=kv_cache_gib(),
         agent_episodes=concurrent if agent else 0,
+        checkpointing=bool(get(cfg, f"{arr}.model.enable_gradient_checkpointing", False)),
     )
 
 
@@ -182,7 +187,9 @@ def memory_lines(est: MemoryEstimate, shape: RunShape, available: float, total: 
         levers.append(f"{keys}={half} (-{saved:.1f} GiB; the same log-probs)")
     if shape.kv_cache_gib > 1:
         levers.append(f"{KV_CACHE_ENV}=1 (-{shape.kv_cache_gib - 1:.1f} GiB of KV cache)")
-    levers.append(f"{arr}.model.enable_gradient_checkpointing=true (recomputes activations in the backward pass)")
+    if not shape.checkpointing:
+        saved = est.total_gib - estimate(replace(shape, checkpointing=True)).total_gib
+        levers.append(f"{arr}.model.enable_gradient_checkpointing=true (-{saved:.1f} GiB; slower backward passes)")
     warning = (
         f"WARNING: this run may not fit this machine: its estimated peak {est.total_gib:.1f} GiB is over the "
         f"{room:.1f} GiB Ray's memory monitor lets it use ({available:.1f} GiB available now, less "

@@ -78,9 +78,12 @@ def preflight(
 
 
 def _note_memory(cfg: DictConfig, hf_config: dict, plan: Plan, problems: Problems) -> None:
-    """The run's estimated peak host memory into the plan, and a warning note when it would not fit now."""
-    shape = problems.run(run_shape, cfg, hf_config)
-    if shape is None:
+    """The run's estimated peak host memory into the plan, and a warning note when it would not fit now. A model
+    whose config.json lacks a size the estimate reads is not estimated: the run is not refused for it."""
+    try:
+        shape = run_shape(cfg, hf_config)
+    except KeyError as e:
+        plan.memory = f"not estimated: the model's config.json has no {e}"
         return
     plan.memory, warning = memory_lines(estimate(shape), shape, *available_gib())
     if warning:
