@@ -77,13 +77,15 @@ def test_names_are_checked(tmp_path, released_dir):
 
 
 def test_settings_errors_name_the_flag():
-    with pytest.raises(ValueError, match="--kv-cache-mib must be a positive integer"):
+    with pytest.raises(ValueError, match=r"--kv-cache-mib must be > 0, got 0 \(KV cache per server, MiB\)"):
         ServeSettings(kv_cache_mib=0)
+    with pytest.raises(ValueError, match="--threads must be an integer, got 1.5"):
+        ServeSettings(threads=1.5)
     with pytest.raises(ValueError, match="--max-tokens .* below --max-model-len"):
         ServeSettings(max_tokens=1024, max_model_len=1024)
     with pytest.raises(ValueError, match=r"--chat-template 'line_template': not a template name"):
         ServeSettings(chat_template="line_template")
-    with pytest.raises(ValueError, match="--tool-choice must be none, auto or required"):
+    with pytest.raises(ValueError, match=r"--tool-choice must be one of \['none', 'auto', 'required'\]"):
         ServeSettings(tool_choice="never")
 
 

@@ -26,26 +26,12 @@ from verl_ext.composer.teacher_servers.settings import (
     RELEASED,
     ServeSettings,
     check_unique_names,
-    flag_name,
+    flag,
     parse_model_arg,
     render_block,
 )
+from verl_ext.config.fields import field_help
 from verl_ext.pretrained.smollm2 import ensure_smollm2
-
-_HELP = {  # one line per ServeSettings field for --help (the class docstring says why each default)
-    "dtype": "vLLM compute dtype (default: the CPU backend's rollout dtype, float32)",
-    "max_model_len": "prompt + answer tokens per request",
-    "kv_cache_mib": "KV cache per server, MiB",
-    "threads": "OMP_NUM_THREADS of each server's engine",
-    "max_num_seqs": "requests a server batches at once",
-    "startup_timeout_s": "per server, until it answers",
-    "timeout_s": "the teacher pool's per-request timeout, written into the block",
-    "max_tokens": "the teacher pool's answer cap, written into the block",
-    "chat_template": "the servers' chat template: line_tool_template or tool_template (SmolLM2's tool templates), "
-    "or a file (default: the model's own)",
-    "tool_choice": "the teachers' tool choice on an agent's turns, written into the block (none: answer in text, "
-    "read in the policy's call format; the servers parse no tool calls)",
-}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,13 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="first port (then +1 per teacher); default: free ports")
     p.add_argument("--log-dir", default="outputs/teachers/logs", help="one vLLM log per teacher (default: %(default)s)")
     p.add_argument("--write", default=None, metavar="FILE", help="also write the printed block to FILE when ready")
+    helps = field_help(ServeSettings)
     for f in dataclasses.fields(ServeSettings):
         if f.name == "host":
             continue
         kind = {"int": int, "float": float}.get(str(f.type), str)
         default = getattr(defaults, f.name)
         shown = "" if default is None else " (default: %(default)s)"
-        p.add_argument(f"--{flag_name(f.name)}", type=kind, default=default, help=_HELP[f.name] + shown)
+        p.add_argument(flag(f.name), type=kind, default=default, help=helps[f.name] + shown)
     return p
 
 

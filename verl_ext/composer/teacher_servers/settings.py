@@ -8,64 +8,56 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Literal
 
 import yaml
+
+from verl_ext.config.fields import check_field, setting
 
 RELEASED = "released"  # --model value for SmolLM2-135M-Instruct as released
 POOL_KEY = "composer.replay.teacher_pool.teachers"  # where the rendered block goes in a Composer config
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def flag_name(field_name: str) -> str:
-    """The command-line flag of a ServeSettings field, without its dashes: `kv_cache_mib` -> `kv-cache-mib`."""
-    return field_name.replace("_", "-")
+def flag(field_name: str) -> str:
+    """The command-line flag of a ServeSettings field: `kv_cache_mib` -> `--kv-cache-mib`."""
+    return "--" + field_name.replace("_", "-")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ServeSettings:
-    """How each teacher server runs, and the pool settings printed with it. The defaults are the measured smallest
-    configuration that serves SmolLM2-135M beside training on 2 cores (docs/ALGORITHMS.md section 6).
+    """How each teacher server runs, and the pool settings printed with it (each field's help is its flag's). The
+    defaults are the measured smallest configuration that serves SmolLM2-135M beside training on 2 cores
+    (docs/ALGORITHMS.md section 6): float32, as this kind of CPU has no native bf16; a 256 MiB KV cache holds ~5.8k
+    tokens of SmolLM2-135M in float32 (46 KB a token), five full-length requests; one thread leaves the other core to
+    training; a CPU teacher generates a few tokens per second beside training, so the pool waits up to 300 s."""
 
-    dtype: vLLM's compute dtype (None: the CPU backend's rollout dtype, float32: this kind of CPU has no native bf16).
-    max_model_len: prompt + answer tokens per request; the real task's prompts are ~200 tokens.
-    kv_cache_mib: KV cache per server (SmolLM2-135M in float32: 46 KB a token, so 256 MiB holds ~5.8k tokens, five
-        full-length requests).
-    threads: torch/OpenMP threads of the engine (OMP_NUM_THREADS); 1 leaves the other core to training.
-    max_num_seqs: requests a server batches at once.
-    startup_timeout_s: per server, from its start until it answers.
-    timeout_s, max_tokens: the teacher pool's per-request timeout and answer cap written into the block (a CPU
-        teacher generates a few tokens per second beside training; the task's answers take 25-50 tokens).
-    chat_template: the servers' chat template: a name of verl_ext.pretrained.smollm2.CHAT_TEMPLATES (the agent's
-        `line_tool_template`: the teachers see an agent's tools and calls as the policy does), a file, or None: the
-        model's own.
-    tool_choice: written into the block (TeacherConfig.tool_choice): `none` for an agent's turns, which the servers
-        then answer in text (they run no tool-call parser).
-    """
-
-    dtype: str | None = None
-    max_model_len: int = 1024
-    kv_cache_mib: int = 256
-    threads: int = 1
-    max_num_seqs: int = 8
-    startup_timeout_s: float = 900.0
-    timeout_s: float = 300.0
-    max_tokens: int = 128
-    chat_template: str | None = None
-    tool_choice: str | None = None
+    dtype: str | None = setting(None, help="vLLM compute dtype (default: the CPU backend's rollout dtype, float32)")
+    max_model_len: int = setting(1024, gt=0, help="prompt + answer tokens per request")
+    kv_cache_mib: int = setting(256, gt=0, help="KV cache per server, MiB")
+    threads: int = setting(1, gt=0, help="OMP_NUM_THREADS of each server's engine")
+    max_num_seqs: int = setting(8, gt=0, help="requests a server batches at once")
+    startup_timeout_s: float = setting(900.0, gt=0, help="per server, until it answers")
+    timeout_s: float = setting(300.0, gt=0, help="the teacher pool's per-request timeout, written into the block")
+    max_tokens: int = setting(128, gt=0, help="the teacher pool's answer cap, written into the block")
+    chat_template: str | None = setting(
+        None,
+        help="the servers' chat template: line_tool_template or tool_template (SmolLM2's tool templates), or a "
+        "file (default: the model's own)",
+    )
+    tool_choice: Literal["none", "auto", "required"] | None = setting(
+        None,
+        help="the teachers' tool choice on an agent's turns, written into the block (none: answer in text, read in "
+        "the policy's call format; the servers parse no tool calls)",
+    )
     host: str = field(default="127.0.0.1", repr=False)
 
     def __post_init__(self):
-        for name in ("max_model_len", "kv_cache_mib", "threads", "max_num_seqs", "max_tokens"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value > 0):
-                raise ValueError(f"--{flag_name(name)} must be a positive integer, got {value!r}")
-        for name in ("startup_timeout_s", "timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"--{flag_name(name)} must be > 0, got {getattr(self, name)!r}")
-        if self.tool_choice not in (None, "none", "auto", "required"):
-            raise ValueError(f"--tool-choice must be none, auto or required, got {self.tool_choice!r}")
+        for f in fields(self):
+            if f.name != "host":  # each value conformed and bounded, the error naming its flag
+                object.__setattr__(self, f.name, check_field(ServeSettings, f, getattr(self, f.name), flag(f.name)))
         if self.chat_template is not None and chat_template_text(self.chat_template) is None:
             raise ValueError(
                 f"--chat-template {self.chat_template!r}: not a template name "
