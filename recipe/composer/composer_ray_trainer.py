@@ -42,8 +42,9 @@ actor keeps verl's own loss function and the step is plain GRPO.
 
 Logged per step: loss/grpo (= actor/pg_loss averaged over the rollout mini-batches; actor/pg_loss itself includes
 the replay mini-batch's zero),
-loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites,
-sdpo/sites/<kind> for each tool-error rule's kind (the step's error sites of that kind, 0 included),
+loss/sdpo, loss/replay_dpo, loss/total = grpo + alpha_sdpo * sdpo + beta_replay * replay_dpo, sdpo/error_sites (the
+sites the teacher pass hinted at), in every arm sdpo/sites_found (the batch's error sites), sdpo/sites/<kind> for each
+tool-error rule's kind (0 included), sdpo/failed_rows and sdpo/failed_covered_frac (the failed rows with a site),
 sdpo/tokens (site tokens), sdpo/teacher_tokens (tokens the teacher pass scored), sdpo/sibling_site_frac (every arm:
 the share of failed responses whose group has a successful one), replay/pairs_used,
 replay/pairs_queued, replay/pairs_built (this step) and replay/pairs_built_total, replay/dpo_loss_update (the DPO
@@ -214,10 +215,12 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         share = sibling_site_share(batch.non_tensor_batch)  # in every arm: a property of the batch, not the channel
         if share is not None:
             step.channel["sdpo/sibling_site_frac"] = share
+        sites, site_metrics = self._error_sites(batch)  # in every arm too: the arms compare their error sites
+        step.channel.update(site_metrics)
         sdpo = SdpoInputs(metrics={})
         if self.settings.sdpo_on:
             with marked_timer("sdpo_teacher", step.timing_raw, color="purple"):
-                sdpo = self._sdpo_inputs(batch)
+                sdpo = self._sdpo_inputs(batch, sites)
         step.channel.update(sdpo.metrics)
         for key, column in sdpo.loss_columns.items():
             batch.batch[key] = column
@@ -307,12 +310,23 @@ class RayComposerTrainer(ExtRayPPOTrainer):
         )
 
     # ------------------------------------------------------------------ channel 2: SDPO
-    def _sdpo_inputs(self, batch: DataProto) -> SdpoInputs:
-        """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs (sdpo.SdpoPlan)."""
-        b = batch.batch
+    def _error_sites(self, batch: DataProto) -> tuple[list, dict[str, float]]:
+        """The batch's error sites (hints.error_sites_for_batch) and what they cover: `sdpo/sites_found`, the sites
+        found, `sdpo/sites/<kind>` per tool-error rule, `sdpo/failed_rows` and `sdpo/failed_covered_frac`. Found in
+        every arm (a property of the batch; cheap: no model pass), used by channel 2 only."""
         texts = self._decode_responses(batch) if self.settings.sdpo.sibling_solution else None
         rules = self.settings.sdpo.tool_error_rules
         sites = error_sites_for_batch(batch.non_tensor_batch, texts, tool_error_rules=rules)
+        kinds = [site.error_kind for row in sites for site in row]
+        metrics = {"sdpo/sites_found": float(len(kinds))}
+        metrics.update({f"sdpo/sites/{r.kind}": float(kinds.count(r.kind)) for r in rules})
+        metrics.update(failed_coverage(sites, batch.non_tensor_batch.get("acc")))
+        return sites, metrics
+
+    def _sdpo_inputs(self, batch: DataProto, sites: list) -> SdpoInputs:
+        """Error sites -> teacher rows -> the full-logit columns or the sampled-token inputs (sdpo.SdpoPlan)."""
+        b = batch.batch
+        rules = self.settings.sdpo.tool_error_rules
         prompt_ids, response_ids = prompt_response_tokens(b["prompts"], b["responses"], b["attention_mask"])
         rows = plan_teacher_rows(
             prompt_ids,
@@ -323,9 +337,7 @@ class RayComposerTrainer(ExtRayPPOTrainer):
             mode=self.settings.sdpo.hint_mode,
             templates=hint_templates(rules),
         )
-        kinds = [site.error_kind for row in sites for site in row]
-        answer_metrics = {f"sdpo/sites/{r.kind}": float(kinds.count(r.kind)) for r in rules}
-        answer_metrics.update(failed_coverage(sites, batch.non_tensor_batch.get("acc")))
+        answer_metrics = {}
         if self.settings.sdpo.sites == "answer":  # only the final answer's tokens; a site without one is dropped
             kept = restrict_rows(rows, answer_columns(response_ids, b["response_mask"].shape[1], self.tokenizer))
             answer_metrics["sdpo/sites_without_answer"] = float(len(rows) - len(kept))

@@ -205,6 +205,10 @@ def _check_the_agent_run(rows: list[dict], out: Path, lone: LoneTeacher) -> None
     assert rule_sites > 0 and sum(r["sdpo/error_sites"] for r in rows) >= rule_sites, rows
     assert all(r["loss/sdpo"] > 0 for r in rows if r["sdpo/error_sites"] > 0)
     assert all(0 <= r["sdpo/failed_covered_frac"] <= 1 for r in rows)
+    # the sites found in the batch (logged in every arm) hold the rules' and every site the teacher pass hinted at
+    for r in rows:
+        by_rule = sum(v for k, v in r.items() if k.startswith("sdpo/sites/"))
+        assert r["sdpo/sites_found"] >= max(by_rule, r["sdpo/error_sites"]), r
     # the teachers were asked about the agent's turns, with its tools and tool_choice none
     agent_bodies = [b for b in lone.bodies if b.get("tools")]
     assert agent_bodies and all(b["tool_choice"] == "none" for b in agent_bodies)
