@@ -15,8 +15,9 @@ trains, a log-prob pass's logits, the agent episodes while they run):
     + the largest of
       the update        rows x L tokens x (every layer's activations kept for the backward pass: eager attention's
                         6h + 2kv + 4I + heads x L floats a layer, or with activation checkpointing each layer's input
-                        and one layer's activations; the logits three times over: logits, log-softmax, gradient),
-                        x UPDATE_FILL: rows are shorter than L = prompt + response (measured)
+                        and one layer's activations; the logits three times over: logits, log-softmax, gradient,
+                        and SDPO_LOGIT_COPIES more with the Composer's full-logit SDPO term), x UPDATE_FILL: rows are
+                        shorter than L = prompt + response (measured)
       a log-prob pass   rows x L x 3 x vocab floats (forward only: the logits)
       agent episodes    AGENT_EPISODE_GIB per episode run at once
 
@@ -51,6 +52,8 @@ FIXED_GIB = {
     "trainer, agent loop, reward": 1.9,  # the TaskRunner, the agent loop worker and its gateway, the reward workers
 }
 UPDATE_FILL = 0.8  # the update's activations over their full-length bound: 0.81 on the agent preset's run
+SDPO_LOGIT_COPIES = 5  # the full-logit JSD's vocabulary-wide tensors a token (its probabilities, mixture, logs and
+# gradients): the agent Composer's full arm held 7.6 GiB in its actor against the baseline arm's 5.6 (2026-11-28)
 AGENT_EPISODE_GIB = 0.05  # one agent episode forked from the warm interpreter (1.5 GiB at 32 at once)
 KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # GiB of KV cache, set by the CPU backend's hydra.job.env_set
 CPU_BACKEND = Path(__file__).resolve().parents[1] / "backend" / "cpu.yaml"
@@ -90,6 +93,7 @@ class RunShape:
     kv_cache_gib: float
     agent_episodes: int  # agent episodes run at once (0: no agent)
     checkpointing: bool = False  # activation checkpointing: a layer's input kept, its activations recomputed
+    sdpo_full_logit: bool = False  # the Composer's full-logit SDPO term: more vocabulary-wide tensors in the update
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,10 @@ def estimate(shape: RunShape) -> MemoryEstimate:
     m, length = shape.model, shape.seq_len
     layer_floats = 6 * m.hidden + 2 * m.kv + 4 * m.mlp + m.heads * length
     logits_floats = 3 * m.vocab
+    update_logits = logits_floats + (SDPO_LOGIT_COPIES * m.vocab if shape.sdpo_full_logit else 0)
     # with checkpointing, each layer keeps its input and one layer at a time its activations
     kept = m.layers * m.hidden + layer_floats if shape.checkpointing else m.layers * layer_floats
-    update = UPDATE_FILL * shape.update_rows * length * (kept + logits_floats) * FLOAT / GIB
+    update = UPDATE_FILL * shape.update_rows * length * (kept + update_logits) * FLOAT / GIB
     log_prob = shape.log_prob_rows * length * logits_floats * FLOAT / GIB
     episodes = AGENT_EPISODE_GIB * shape.agent_episodes
     states = m.params * FLOAT * (4 + (1 if shape.reference else 0)) / GIB
@@ -146,6 +151,8 @@ def run_shape(cfg: DictConfig, hf_config: dict) -> RunShape:
         kv_cache_gib=kv_cache_gib(),
         agent_episodes=concurrent if agent else 0,
         checkpointing=bool(get(cfg, f"{arr}.model.enable_gradient_checkpointing", False)),
+        sdpo_full_logit=float(get(cfg, "algorithm.alpha_sdpo", 0) or 0) > 0
+        and get(cfg, "composer.sdpo.form") == "full_logit",
     )
 
 
