@@ -27,8 +27,24 @@ from verl_ext.trainer.launch import register_lazy_resolvers
 # Peaks measured with scripts/measure_memory.py on this machine (PSS of every process of the run; docs/FAULTS.md,
 # "Memory"): (recipe, overrides, GiB). The teacher servers of a Composer run are outside its estimate: they run before
 # the driver starts, so the memory available to the driver already lacks them.
+SMALL_UPDATES = [
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+]
 MEASURED = {
     "the agent preset (fast DAPO), 3 runs, 2026-11-28": ("fast_dapo", ["+preset=agent_real_cpu"], 17.4),
+    "make demo-real, 2026-11-28": ("fast_dapo", ["+preset=real_cpu"], 12.8),
+    "the agent Composer's baseline arm, updates of 4 rows, 16 steps (19.2 GiB less its teachers' 4.3)": (
+        "composer",
+        ["+preset=agent_real_cpu", "+arm=baseline", *SMALL_UPDATES],
+        14.9,
+    ),
+    "the agent Composer's full arm, updates of 4 rows, at its kill (21.4 GiB less its teachers' 4.3)": (
+        "composer",
+        ["+preset=agent_real_cpu", "+arm=full", *SMALL_UPDATES],
+        17.1,
+    ),
 }
 
 
@@ -54,13 +70,13 @@ def test_the_model_size_from_config_json_is_its_weights_files():
 
 
 @pytest.mark.parametrize("name", list(MEASURED))
-def test_the_estimate_is_within_15_percent_of_each_measured_peak(name):
+def test_the_estimate_is_near_each_measured_peak_and_rarely_under(name):
     recipe, overrides, measured = MEASURED[name]
     register_lazy_resolvers()
     cfg = compose_config(recipe, overrides, config_module=f"recipe.{recipe}.config")
     OmegaConf.resolve(cfg)
     est = estimate(run_shape(cfg, _smollm2_config()))
-    assert abs(est.total_gib / measured - 1) <= 0.15, (est.render(), measured)
+    assert 0.95 <= est.total_gib / measured <= 1.2, (est.render(), measured)
 
 
 def base_shape() -> RunShape:

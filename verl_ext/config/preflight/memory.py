@@ -23,7 +23,8 @@ trains, a log-prob pass's logits, the agent episodes while they run):
 
 P, h, kv (key/value width), I (MLP width), heads, layers and vocab come from the model's config.json; every number is
 float32, the CPU backend's only dtype. The constants are measured with scripts/measure_memory.py (docs/FAULTS.md,
-"Memory"); tests/config/test_memory.py holds the estimate to within 15% of the measured peaks of the shipped presets.
+"Memory"); tests/config/test_preflight_memory.py holds the estimate to the measured peaks of the shipped presets: never
+more than 5% under one, at most 20% over.
 It is an estimate, not a bound: a run whose responses all reach the maximum length holds more. A GPU backend holds
 the actor and the rollout in device memory, which verl and vLLM size themselves (gpu_memory_utilization): no estimate
 there.
