@@ -176,6 +176,11 @@ def _train_agent_full_arm(teachers: list[dict], out: Path) -> list[dict]:
             f"data.train_batch_size={PROMPTS}",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
             "composer.replay.max_pairs_per_step=4",
+            # as the agent Composer campaign: the full-logit SDPO term's update in 2-row micro-batches (the same update;
+            # at the preset's 8 this run was killed by Ray's memory monitor in a full `make test`, docs/FAULTS.md)
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
             "data.seed=0",
             f"trainer.total_training_steps={STEPS}",
             "trainer.val_before_train=false",
