@@ -196,7 +196,9 @@ def test_runner_resumes_reports_failures_and_plots(tmp_path):
     assert lines[7].endswith(f"; see {tmp_path / 'out' / 'demo' / 'bad_s1' / 'run.log'}")
     # each run's memory, sampled while it ran: the runner's and its driver's (a fake one, no Ray under it)
     memory = json.loads((tmp_path / "out" / "demo" / "good_s1" / "memory.json").read_text())
-    assert memory["peak"]["processes"] == 2 and memory["peak"]["total_gb"] > 0.01
+    # (the first reading falls before the driver starts, and the runner alone can hold the larger PSS: its pages are
+    # shared with a driver just forked; the readings after it, 0.5 s and 1.5 s in, see the driver)
+    assert max(r["processes"] for r in memory["timeline"]) == 2 and memory["peak"]["total_gb"] > 0.01
     assert set(memory["peak"]["parts_gb"]) <= {"driver / campaign", "other"}
     assert lines[13] == "[campaign] 4/4 bad_s2: started" and "FAILED" in lines[14]
     # the run's own console keeps every line it wrote, the campaign shows none but those

@@ -37,6 +37,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("driver / campaign", r"recipe\.\w+\.main|campaign\.py|verl_ext\.trainer\.agent_main|serve_teachers\.py"),
 )
 OTHER = "other"
+FIRST_WAIT_S = 0.5  # seconds before the second reading; each wait doubles up to the watch's interval
 # a part whose processes' children belong to it whatever their names: a teacher server's vLLM engine is named as the
 # rollout's is (VLLM::EngineCore), but it is the teacher's memory
 STICKY = ("teacher servers",)
@@ -94,11 +95,13 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def available_gb() -> float:
+def meminfo_gib() -> tuple[float, float]:
+    """(MemAvailable, MemTotal) of this machine, GiB (/proc/meminfo)."""
+    fields = {}
     for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    return float("nan")
+        key, value = line.split(":", 1)
+        fields[key] = int(value.split()[0]) / 2**20
+    return fields["MemAvailable"], fields["MemTotal"]
 
 
 def sample(root: int) -> dict:
@@ -111,7 +114,7 @@ def sample(root: int) -> dict:
             continue
         n += 1
         parts[part] = parts.get(part, 0.0) + kb / 2**20
-    return {"total_gb": sum(parts.values()), "parts_gb": parts, "processes": n, "available_gb": available_gb()}
+    return {"total_gb": sum(parts.values()), "parts_gb": parts, "processes": n, "available_gb": meminfo_gib()[0]}
 
 
 def summarise(timeline: list[dict]) -> dict:
@@ -133,17 +136,20 @@ def running(pid: int) -> bool:
 
 
 def watch(root: int, every: float, out: Path | None, stop: threading.Event | None = None) -> dict:
-    """Sample `root`'s tree every `every` seconds until it exits (or `stop` is set); the timeline and its summary,
-    written to `out` as it goes (a killed run keeps its figures) and at the end."""
+    """Sample `root`'s tree every `every` seconds until it exits (or `stop` is set), the first readings sooner
+    (0.5 s apart, doubling up to `every`: a run's processes start in its first seconds, and a short run gets readings
+    too); the timeline and its summary, written to `out` as it goes (a killed run keeps its figures) and at the end."""
     t0, timeline = time.monotonic(), []
     stop = stop or threading.Event()
+    wait = min(FIRST_WAIT_S, every)
     while running(root) and not stop.is_set():
         reading = sample(root)
         reading["t_s"] = round(time.monotonic() - t0, 1)
         timeline.append(reading)
         if out is not None and len(timeline) % 12 == 1:
             _write(out, timeline)
-        stop.wait(every)
+        stop.wait(wait)
+        wait = min(2 * wait, every)
     if out is not None:
         _write(out, timeline)
     return _result(timeline)

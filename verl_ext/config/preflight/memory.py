@@ -165,16 +165,6 @@ def kv_cache_gib() -> float:
     return float(value)
 
 
-def available_gib() -> tuple[float, float]:
-    """(MemAvailable, MemTotal) of this machine, GiB (Linux /proc/meminfo)."""
-    fields = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            key, value = line.split(":", 1)
-            fields[key] = int(value.split()[0]) * 1024 / GIB
-    return fields["MemAvailable"], fields["MemTotal"]
-
-
 def memory_lines(est: MemoryEstimate, shape: RunShape, available: float, total: float) -> tuple[str, str | None]:
     """The plan's memory line, and a warning when the run would pass what Ray's memory monitor lets it use (what is
     available now less the 5% of the machine the monitor keeps), naming the settings that would bring it under."""

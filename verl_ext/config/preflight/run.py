@@ -28,10 +28,11 @@ from verl_ext.config.preflight.file_checks import (
     prompt_tokens,
     read_data_file,
 )
-from verl_ext.config.preflight.memory import available_gib, estimate, memory_lines, run_shape
+from verl_ext.config.preflight.memory import estimate, memory_lines, run_shape
 from verl_ext.config.preflight.plan import Plan, batch_arithmetic, steps_plan
 from verl_ext.config.settings import get
 from verl_ext.config.trainer_settings import read_trainer_extras
+from verl_ext.metrics_log.memory_watch import meminfo_gib
 
 FILE_MODES = ("full", "config")  # config: skip data/model files (they live on a cluster's storage only)
 
@@ -63,7 +64,7 @@ def preflight(
     if files == "full":
         hf_config = _check_files(cfg, plan, problems, reward_reads_data)
         if hf_config and get(cfg, "trainer.device") == "cpu":  # on CPU every part of the run is in host memory
-            _note_memory(cfg, hf_config, plan, problems)
+            _note_memory(cfg, hf_config, plan)
         if uses_critic(cfg):
             problems.run(check_model, cfg, "critic.model.path")
     if not problems.messages:  # verl's validation assumes sane numbers (and builds the critic's model config)
@@ -77,7 +78,7 @@ def preflight(
     return plan
 
 
-def _note_memory(cfg: DictConfig, hf_config: dict, plan: Plan, problems: Problems) -> None:
+def _note_memory(cfg: DictConfig, hf_config: dict, plan: Plan) -> None:
     """The run's estimated peak host memory into the plan, and a warning note when it would not fit now. A model
     whose config.json lacks a size the estimate reads is not estimated: the run is not refused for it."""
     try:
@@ -85,7 +86,7 @@ def _note_memory(cfg: DictConfig, hf_config: dict, plan: Plan, problems: Problem
     except KeyError as e:
         plan.memory = f"not estimated: the model's config.json has no {e}"
         return
-    plan.memory, warning = memory_lines(estimate(shape), shape, *available_gib())
+    plan.memory, warning = memory_lines(estimate(shape), shape, *meminfo_gib())
     if warning:
         plan.notes.append(warning)
 
