@@ -13,6 +13,11 @@ answers are greedy, up to the real preset's response length, graded by the proje
 Prints per model the accuracy and its most common answer shapes (every number replaced by N): a collapse to one
 template ("The answer is \\boxed{N}." in 113 of 144) shows there where an accuracy alone does not. `--out` keeps every
 answer (JSONL: model, question, ground truth, answer, score). HF transformers on CPU, fp32; no Ray, no vLLM.
+
+    .venv/bin/python scripts/answers.py --dumped RUN/validation/heldout/*.jsonl
+
+reads instead the answers a run dumped at its held-out evaluations (verl_ext/trainer/heldout.py: one file a step,
+graded as the run graded them, its `acc`), no model loaded: whether an answer form takes over as a long run goes on.
 """
 
 from __future__ import annotations
@@ -90,9 +95,34 @@ def greedy_answers(directory: Path, questions: list[dict], max_new: int, batch: 
     return answers
 
 
+def dumped_rows(path: Path) -> list[dict]:
+    """The answers of one held-out dump (<run>/validation/heldout/<step>.jsonl), as rows of one model named after the
+    run and the step; a row is right when the run scored its accuracy 1 (`acc`, else its `score`)."""
+    name = f"{path.parents[2].name} step {path.stem}" if len(path.parents) > 2 else path.stem
+    rows = []
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        if "output" not in d:
+            raise SystemExit(f"[answers] {path} is not a held-out dump: a line without `output`")
+        right = d.get("acc", d.get("score"))
+        rows.append({"model": name, "question": d.get("input", ""), "ground_truth": str(d.get("gts", "")),
+                     "answer": d["output"], "score": float(right == 1.0)})  # fmt: skip
+    return rows
+
+
+def summarise(rows: list[dict], name: str, shapes: int) -> None:
+    """One model's accuracy and its `shapes` most common answer shapes."""
+    mine = [r for r in rows if r["model"] == name]
+    right = sum(r["score"] == 1.0 for r in mine)
+    print(f"{name}: accuracy {right / len(mine):.3f} ({right}/{len(mine)})")
+    for form, count in collections.Counter(shape(r["answer"]) for r in mine).most_common(shapes):
+        print(f"  {count:4d} x {form!r}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs="+", help="`released` or NAME=DIR (a Hugging Face directory or a verl actor)")
+    p.add_argument("models", nargs="*", help="`released` or NAME=DIR (a Hugging Face directory or a verl actor)")
+    p.add_argument("--dumped", nargs="+", type=Path, default=[], help="held-out dumps of a run instead of models")
     p.add_argument("--data", type=Path, help="a parquet of prompts (default: the real preset's held-out set)")
     p.add_argument("--n", type=int, default=None, help="the first N questions (default: all)")
     p.add_argument("--batch", type=int, default=16)
@@ -100,6 +130,22 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch threads (1 beside a running training job)")
     p.add_argument("--out", type=Path, help="JSONL with every answer")
     args = p.parse_args(argv)
+    if bool(args.models) == bool(args.dumped):
+        p.error("name models to answer, or --dumped files to read, not both")
+    rows = [] if not args.dumped else [r for path in args.dumped for r in dumped_rows(path)]
+    for name in dict.fromkeys(r["model"] for r in rows):
+        summarise(rows, name, args.shapes)
+    if args.models:
+        rows = answer_questions(args)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"every answer: {args.out}")
+    return 0
+
+
+def answer_questions(args: argparse.Namespace) -> list[dict]:
+    """Each model's greedy answers to the questions, graded and summarised as they come."""
     import torch
 
     from verl_ext.reward.math_reward import compute_score
@@ -116,16 +162,8 @@ def main(argv=None) -> int:
                 score = float(compute_score(q["data_source"], answer, q["ground_truth"])["score"])
                 rows.append({"model": name, "question": q["question"], "ground_truth": q["ground_truth"],
                              "answer": answer, "score": score})  # fmt: skip
-            mine = [r for r in rows if r["model"] == name]
-            acc = sum(r["score"] == 1.0 for r in mine) / len(mine)
-            print(f"{name}: accuracy {acc:.3f} ({sum(r['score'] == 1.0 for r in mine)}/{len(mine)})")
-            for form, count in collections.Counter(shape(r["answer"]) for r in mine).most_common(args.shapes):
-                print(f"  {count:4d} x {form!r}")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        print(f"every answer: {args.out}")
-    return 0
+            summarise(rows, name, args.shapes)
+    return rows
 
 
 if __name__ == "__main__":

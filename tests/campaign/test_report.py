@@ -204,6 +204,31 @@ def test_table_by_training_time_reads_each_runs_last_value_logged_by_then():
     assert by15["fast"].paired.value == pytest.approx(0.05) and by15["fast"].paired.n == 3
 
 
+def test_per_step_table_compares_arms_by_each_runs_mean_over_its_steps():
+    """--per-step: a count each step logs (error sites) is read as the run's mean over the steps that logged it (a
+    step that did not log it is not a zero), then compared like a final value, paired by seed (numpy as reference)."""
+    from verl_ext.campaign.summary import final_value
+
+    key = "sdpo/sites_found"
+
+    def run(counts: list[float | None]) -> list[dict]:
+        return [{"step": 0, VAL: 0.1}] + [
+            {"step": s, **({} if c is None else {key: c})} for s, c in enumerate(counts, start=1)
+        ]
+
+    base = {0: run([4, 2, 3, None]), 1: run([5, 5, 2, 4]), 2: run([6, 1, 2, 3])}
+    hint = {0: run([1, 0, 2, 1]), 1: run([2, 2, 1, None]), 2: run([3, 0, 0, 1])}
+    assert final_value(base[0], key, per_step=True) == pytest.approx(3.0)  # (4 + 2 + 3) / 3, not / 4
+    assert final_value(base[0], key) == 3.0  # the last value, for contrast
+    assert final_value(run([None, None]), key, per_step=True) is None
+    rows = {r.condition: r for r in final_table({"base": base, "hint": hint}, key, "base", per_step=True)}
+    b = [np.mean([4, 2, 3]), np.mean([5, 5, 2, 4]), np.mean([6, 1, 2, 3])]
+    h = [np.mean([1, 0, 2, 1]), np.mean([2, 2, 1]), np.mean([3, 0, 0, 1])]
+    assert rows["base"].summary.mean == pytest.approx(np.mean(b))
+    assert rows["hint"].paired.value == pytest.approx(np.mean(np.subtract(h, b)))
+    assert rows["hint"].paired.n == 3 and rows["hint"].paired.above == 0
+
+
 def test_first_reach_costs(campaign):
     # base seed 1: val 0.11 (step 0), 0.21 (5), 0.31 (10). Target 0.2 -> step 5, 5000 * 2 tokens, 10 s.
     hit = first_reach(campaign["base"][1], VAL, 0.2, [TOK, TIME])
@@ -277,6 +302,13 @@ def test_report_cli_on_real_logs(tmp_path, campaign):
     assert "never_ran_s0" in res.stdout  # runs without a log are named
     bad = subprocess.run(cmd + ["--keys", "no/such/*"], check=False, capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode != 0 and "no/such/*" in bad.stderr
+    per = subprocess.run(cmd + ["--per-step", "critic/*"], check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert per.returncode == 0, per.stdout + per.stderr
+    assert "`critic/score/mean` a step (each run's mean over its steps)" in per.stdout
+    # base's seeds 0, 1, 3 rise 0.02 a step from their offsets over steps 1-10: mean 0.11 + offset
+    assert f"| base (baseline) | 3 | {np.mean([0.11, 0.12, 0.14]):.3f} |" in per.stdout
+    bad = subprocess.run(cmd + ["--per-step", "no/such"], check=False, capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode != 0 and "no/such" in bad.stderr
 
 
 def _reach_run(step: int | None, tokens_per_step: float, steps: int = 6) -> list[dict]:

@@ -50,3 +50,33 @@ def test_bad_model_arguments_are_named(tmp_path, load_script):
         answers.main(["nameless", "--n", "1"])
     with pytest.raises(SystemExit, match="neither a Hugging Face directory .no config.json. nor a verl actor"):
         answers.main([f"empty={tmp_path}", "--n", "1"])
+
+
+def test_dumped_answers_of_a_run_are_read_with_the_runs_own_grades(tmp_path, capsys, load_script):
+    """--dumped: a published run's held-out dumps (steps 0 and 16 of the agent campaign's seed 2) are summarised
+    without a model: each step's accuracy is the one the run logged for that evaluation, its shapes counted over the
+    dumped answers; a file that is not a dump is named."""
+    answers = load_script("answers")
+    run = answers.REPO / "docs/results/agent_heldout_real_cpu/agents_sdk_s2"
+    logged = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if "heldout-core/all/acc/mean@1" in rec:
+            logged[rec["step"]] = rec["heldout-core/all/acc/mean@1"]
+    dumps = [run / "validation/heldout/0.jsonl", run / "validation/heldout/16.jsonl"]
+    out = tmp_path / "rows.jsonl"
+    assert answers.main(["--dumped", *map(str, dumps), "--shapes", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    for step, head in ((0, printed[0]), (16, printed[3])):
+        right = round(logged[step] * 1024)
+        assert head == f"agents_sdk_s2 step {step}: accuracy {right / 1024:.3f} ({right}/1024)"
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    last = [r for r in rows if r["model"] == "agents_sdk_s2 step 16"]
+    top = collections.Counter(answers.shape(r["answer"]) for r in last).most_common(1)[0]
+    assert printed[4] == f"  {top[1]:4d} x {top[0]!r}"
+    bad = tmp_path / "metrics.jsonl"
+    bad.write_text('{"step": 1}\n')
+    with pytest.raises(SystemExit, match="not a held-out dump"):
+        answers.main(["--dumped", str(bad)])
+    with pytest.raises(SystemExit):
+        answers.main([])  # neither models nor dumps

@@ -148,6 +148,14 @@ def _add_where_arguments(p: argparse.ArgumentParser) -> None:
         "at or before it (a long run's accuracy at 10, 20, 30, 60 minutes)",
     )
     p.add_argument(
+        "--per-step",
+        nargs="+",
+        default=[],
+        metavar="KEY",
+        help="also tabulate these keys (fnmatch patterns) as each run's mean over the steps that logged them: a count "
+        "logged every step (error sites, replay pairs, teacher calls), compared across arms by its rate",
+    )
+    p.add_argument(
         "--change",
         nargs=2,
         type=int,
@@ -212,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         args.change,
         at_minutes=[(m, args.time_key) for m in args.at_minutes],
         half_width=args.half_width,
+        per_step=expand_keys(args.per_step, campaign, required=True),
     )
     seeds = sorted({seed for by_seed in campaign.values() for seed in by_seed})
     title = f"{spec.name}: mean ± std over seeds {seeds}"
@@ -350,10 +359,11 @@ def build_markdown(
     change: Sequence[int] | None = None,
     at_minutes: Sequence[tuple[float, str]] = (),
     half_width: float | None = None,
+    per_step: Sequence[str] = (),
 ) -> str:
     """The report's tables in order: final values (with a row per reference run that logged the key), values at the
-    --at-step steps and by the --at-minutes of training time (`at_minutes`: (minutes, time key)), the --change within
-    each run, and with a target the cost to reach it and the --speedup ratios
+    --at-step steps and by the --at-minutes of training time (`at_minutes`: (minutes, time key)), the --per-step keys'
+    means a step, the --change within each run, and with a target the cost to reach it and the --speedup ratios
     (one table per cost key)."""
     parts = []
     for k in keys:
@@ -372,6 +382,11 @@ def build_markdown(
             if rows:
                 when = f"by {minutes:g} min of training time"
                 parts.append(final_markdown(k, rows, baseline, when=when, half_width=half_width))
+    for k in per_step:
+        rows = final_table(campaign, k, baseline, bootstrap, per_step=True)
+        parts.append(
+            final_markdown(k, rows, baseline, when="a step (each run's mean over its steps)", half_width=half_width)
+        )
     if change:
         start, end = change
         for k in keys:

@@ -9,6 +9,8 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
 - Final value of a run: the key's last finite value (for validation metrics that is the last evaluation). The same
   table at a given step (each run's value logged at exactly that step) compares arms that ran different numbers of
   steps at equal steps: whether a step of one arm is worth more than a step of another.
+- Mean a step of a run (``per_step``): the mean of a key's values over the steps that logged it, for a count each step
+  logs (error sites, replay pairs, teacher calls): arms are compared on their rates, as on their final values.
 - Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition,
   Welch's two-sided p-value, and the paired difference over the seeds both ran (stats.paired_difference: its
   t-interval and half-width, exact sign-flip p, pairs above 0, pairs for 80% power); bootstrap intervals of the
@@ -110,11 +112,19 @@ def seed_band(runs: Mapping[int, Records], key: str) -> Band:
 
 
 def final_value(
-    records: Records, key: str, step: int | None = None, within: tuple[str, float] | None = None
+    records: Records,
+    key: str,
+    step: int | None = None,
+    within: tuple[str, float] | None = None,
+    per_step: bool = False,
 ) -> float | None:
     """The key's last finite value, or with ``step`` its value logged at exactly that step, or with ``within`` =
     (time key, seconds) its last value logged at a row whose cumulative time is at most that many seconds (a long
-    run's accuracy at 10 or 60 minutes of training); None if not logged."""
+    run's accuracy at 10 or 60 minutes of training), or with ``per_step`` the mean of its values over the steps that
+    logged it (a count a step, such as error sites or replay pairs: the run's rate); None if not logged."""
+    if per_step:
+        values = [float(r[key]) for r in records if is_number(r.get(key))]
+        return sum(values) / len(values) if values else None
     for r in sorted(records, key=lambda r: r["step"], reverse=True):
         if step is not None and r["step"] != step:
             continue
@@ -143,15 +153,16 @@ def final_table(
     level: float = 0.95,
     step: int | None = None,
     within: tuple[str, float] | None = None,
+    per_step: bool = False,
 ) -> list[FinalRow]:
-    """Per condition the runs' final values of ``key`` (with ``step`` or ``within``: their values at that step, or by
-    that time: `final_value`) against the
-    baseline's: mean, std, difference, Welch p, the paired statistics over the seeds both ran, and with
-    ``bootstrap`` draws the bootstrap intervals where there are enough runs (module docstring)."""
+    """Per condition the runs' final values of ``key`` (with ``step``, ``within`` or ``per_step``: their values at that
+    step, by that time, or their means a step: `final_value`) against the baseline's: mean, std, difference, Welch p,
+    the paired statistics over the seeds both ran, and with ``bootstrap`` draws the bootstrap intervals where there are
+    enough runs (module docstring)."""
     if baseline not in campaign:
         raise KeyError(f"baseline condition {baseline!r} is not among {list(campaign)}")
     by_seed = {
-        c: {seed: v for seed, recs in runs.items() if (v := final_value(recs, key, step, within)) is not None}
+        c: {seed: v for seed, recs in runs.items() if (v := final_value(recs, key, step, within, per_step)) is not None}
         for c, runs in campaign.items()
     }
     finals = {c: list(vals.values()) for c, vals in by_seed.items()}
