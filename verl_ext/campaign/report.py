@@ -153,7 +153,8 @@ def _add_where_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY",
         help="also tabulate these keys (fnmatch patterns) as each run's mean over the steps that logged them: a count "
-        "logged every step (error sites, replay pairs, teacher calls), compared across arms by its rate",
+        "logged every step (error sites, replay pairs built), compared across arms by its rate; a running total "
+        "(teacher/calls) belongs in --keys, its final value the run's total",
     )
     p.add_argument(
         "--change",

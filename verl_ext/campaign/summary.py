@@ -10,7 +10,8 @@ Input: per condition, per seed, the run's metric records (the JSONL log's dicts,
   table at a given step (each run's value logged at exactly that step) compares arms that ran different numbers of
   steps at equal steps: whether a step of one arm is worth more than a step of another.
 - Mean a step of a run (``per_step``): the mean of a key's values over the steps that logged it, for a count each step
-  logs (error sites, replay pairs, teacher calls): arms are compared on their rates, as on their final values.
+  logs (error sites, replay pairs built): arms are compared on their rates, as on their final values. A running total
+  (teacher calls) is read at its final value instead.
 - Final-step table: per condition mean / std / n of the final values, the difference to the baseline condition,
   Welch's two-sided p-value, and the paired difference over the seeds both ran (stats.paired_difference: its
   t-interval and half-width, exact sign-flip p, pairs above 0, pairs for 80% power); bootstrap intervals of the
