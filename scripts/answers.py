@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if bool(args.models) == bool(args.dumped):
         p.error("name models to answer, or --dumped files to read, not both")
-    rows = [] if not args.dumped else [r for path in args.dumped for r in dumped_rows(path)]
+    rows = [r for path in args.dumped for r in dumped_rows(path)]
     for name in dict.fromkeys(r["model"] for r in rows):
         summarise(rows, name, args.shapes)
     if args.models:
