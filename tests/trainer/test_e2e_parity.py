@@ -121,7 +121,7 @@ AFTER_ADAM_REL = 1e-2
 TOKEN_LP_ATOL = 5e-5
 
 
-def _shared_abs(key: str, step_metrics: dict) -> float:
+def _shared_abs(key: str, step_metrics: dict, weights_differ: bool) -> float:
     """Absolute tolerance of one metric, from the per-token log-prob bound d of a shared pass. Most of these metrics
     are differences of log-probs that agree to float noise (vLLM and the actor serve the same weights; the update
     runs on policy), so their values are that noise and only an absolute bound applies (CI saw pg_loss at 5.4e-5
@@ -133,8 +133,17 @@ def _shared_abs(key: str, step_metrics: dict) -> float:
     - The update's ratio rho = exp(lp - old_lp) compares two shared passes (batched differently), each within d of
       the exact value: ppo_kl, a mean of lp - old_lp, moves by up to 2d; pg_loss, an average of -A * rho whose terms
       cancel on policy (GRPO's advantages sum to zero in each group), by up to max|A| * 2d.
-    Every other compared metric (scores, lengths, losses and norms of order 1e-2 and up) keeps SHARED_ABS."""
+    Every other compared metric (scores, lengths, losses and norms of order 1e-2 and up) keeps SHARED_ABS.
+
+    After the first update (weights_differ) rollout_corr compares each run's actor, on its own weights, with the
+    rollout log-probs the cache replays from verl's run; the shared run's weights differ by the flipped Adam moves
+    (AFTER_ADAM_REL), so its per-token log-probs move by a fraction of that update's own move as well. The update's
+    RMS per-token move is sqrt(2 * kl_loss) (the low-variance KL to the reference, the weights before it, is about
+    half the mean squared log-prob change); d grows by AFTER_ADAM_REL of it. (CI saw log_ppl_diff_min -2.1e-4 beside
+    2.7e-5 at step 2, a shift of 0.12% of that move, while step 1 matched within d.)"""
     d = TOKEN_LP_ATOL
+    if weights_differ:
+        d += AFTER_ADAM_REL * math.sqrt(2 * step_metrics["actor/kl_loss"])
     longest = step_metrics["response_length/max"]
     if key == "actor/ppo_kl" or key == "rollout_corr/chi2_token":
         return 2 * d
@@ -168,7 +177,7 @@ def assert_shared_prefix_matches(ext_rows: dict, shared_rows: dict, ext_dumps: d
         assert len(keys) > 25
         weights_differ = step > 1
         for key in keys:
-            tol = _shared_abs(key, ext)
+            tol = _shared_abs(key, ext, weights_differ)
             rel = AFTER_ADAM_REL if weights_differ and not key.startswith(EXACT) else SHARED_REL
             assert _close(shared[key], ext[key], rel, tol), (step, key, shared[key], ext[key], rel, tol)
     # the update moved the policy off the reference the same way in both runs

@@ -117,10 +117,11 @@ def _add_comparison_arguments(p: argparse.ArgumentParser) -> None:
         "measured one of the same --speedup pair",
     )
     _add_where_arguments(p)
+    _add_beside_arguments(p)
 
 
 def _add_where_arguments(p: argparse.ArgumentParser) -> None:
-    """Where else the keys are read: at steps, by minutes of training time, within each run, beside outside runs."""
+    """Where else the keys are read: at steps, by minutes of training time, per step, within each run."""
     p.add_argument(
         "--at-step",
         nargs="+",
@@ -129,14 +130,6 @@ def _add_where_arguments(p: argparse.ArgumentParser) -> None:
         metavar="STEP",
         help="also tabulate the keys at these steps (arms that ran different numbers of steps, compared step for "
         "step; a key not logged at a step, such as validation off the test_freq grid, has no row there)",
-    )
-    p.add_argument(
-        "--half-width",
-        type=float,
-        default=None,
-        metavar="H",
-        help="also the pairs (runs) a paired difference (change) would need for its 95%% t-interval's half-width to "
-        "reach H, at the observed spread (e.g. 0.02: a difference resolved to two points of accuracy)",
     )
     p.add_argument(
         "--at-minutes",
@@ -163,6 +156,18 @@ def _add_where_arguments(p: argparse.ArgumentParser) -> None:
         metavar=("FROM", "TO"),
         help="also tabulate each key's change within each run from step FROM to step TO (before and after training: "
         "per condition the mean change with its t-interval and sign-flip p over the runs, and how many rose or fell)",
+    )
+
+
+def _add_beside_arguments(p: argparse.ArgumentParser) -> None:
+    """What is shown beside the comparison: the pairs a resolved difference needs, runs outside the campaign."""
+    p.add_argument(
+        "--half-width",
+        type=float,
+        default=None,
+        metavar="H",
+        help="also the pairs (runs) a paired difference (change) would need for its 95%% t-interval's half-width to "
+        "reach H, at the observed spread (e.g. 0.02: a difference resolved to two points of accuracy)",
     )
     p.add_argument(
         "--reference",
