@@ -142,21 +142,23 @@ def _shared_abs(key: str, step_metrics: dict, weights_differ: bool) -> float:
     half the mean squared log-prob change); d grows by AFTER_ADAM_REL of it. (CI saw log_ppl_diff_min -2.1e-4 beside
     2.7e-5 at step 2, a shift of 0.12% of that move, while step 1 matched within d.)"""
     d = TOKEN_LP_ATOL
-    if weights_differ:
-        d += AFTER_ADAM_REL * math.sqrt(2 * step_metrics["actor/kl_loss"])
-    longest = step_metrics["response_length/max"]
-    if key == "actor/ppo_kl" or key == "rollout_corr/chi2_token":
+    if key == "actor/ppo_kl":
         return 2 * d
     if key == "actor/pg_loss":
         largest = max(abs(step_metrics["critic/advantages/max"]), abs(step_metrics["critic/advantages/min"]))
         return 2 * largest * d
+    if not key.startswith("rollout_corr/"):
+        return SHARED_ABS
+    if weights_differ:  # only rollout_corr compares against log-probs from outside the run (the replayed rollout)
+        d += AFTER_ADAM_REL * math.sqrt(2 * step_metrics["actor/kl_loss"])
+    longest = step_metrics["response_length/max"]
+    if key == "rollout_corr/chi2_token":
+        return 2 * d
     if key == "rollout_corr/chi2_seq":
         return 2 * longest * d
     if key.startswith("rollout_corr/rollout_is_seq_"):
         return longest * d
-    if key.startswith("rollout_corr/"):
-        return d
-    return SHARED_ABS
+    return d
 
 
 def assert_shared_prefix_matches(ext_rows: dict, shared_rows: dict, ext_dumps: dict, shared_dumps: dict) -> None:
