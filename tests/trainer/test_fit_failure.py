@@ -158,31 +158,58 @@ def test_a_run_that_finishes_returns_its_summary(base_config, tmp_path):
     assert trainer.run_log.writer._file.closed
 
 
-def test_a_training_time_budget_ends_the_run_at_the_step_expected_to_reach_it(base_config, tmp_path, monkeypatch):
-    """trainer.max_train_minutes: each step takes 10 s of the training clock; with 25 s the third step is the last
-    (after two steps, 20 s + a mean step of 10 s reach 25 s), saved and logged as a last step is; a run resumed from
-    it trains no further step."""
+@pytest.fixture
+def now(monkeypatch):
+    """The training clock's time.monotonic, advanced by hand."""
     now = [0.0]
     monkeypatch.setattr("verl_ext.trainer.clock.time.monotonic", lambda: now[0])
+    return now
+
+
+def _timed(base_config, tmp_path, now, budget_s: float, validate_s: float = 0.0) -> Trainer:
+    """A trainer whose steps take 10 s of `now`, each validation `validate_s`, under a training-time budget."""
 
     class Timed(Trainer):
         def train_on_batch(self, batch, metrics, timing_raw):
             now[0] += 10.0
             return batch
 
-    def timed(tmp_path):
-        t = _trainer(base_config, tmp_path, fail_at=None)
-        t.__class__ = Timed
-        t.max_train_s = 25.0
-        return t
+        def _validate(self, *args, **kwargs):
+            now[0] += validate_s
+            return super()._validate(*args, **kwargs)
 
-    trainer = timed(tmp_path)
+    t = _trainer(base_config, tmp_path, fail_at=None)
+    t.__class__ = Timed
+    t.max_train_s = budget_s
+    return t
+
+
+def test_a_training_time_budget_ends_the_run_at_the_step_expected_to_reach_it(base_config, tmp_path, now):
+    """trainer.max_train_minutes: each step takes 10 s of the training clock; with 25 s the third step is the last
+    (after two steps, 20 s + a mean step of 10 s reach 25 s), saved and logged as a last step is; a run resumed from
+    it trains no further step."""
+    trainer = _timed(base_config, tmp_path, now, budget_s=25.0)
     trainer.fit()
     assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3]
     assert (tmp_path / "run" / "global_step_3" / "verl_ext_state.pt").is_file(), "the last step saves"
     assert trainer.clock.total_s == 30.0 and trainer.global_steps == 3
-    resumed = timed(tmp_path)
+    resumed = _timed(base_config, tmp_path, now, budget_s=25.0)
     with open_dict(resumed.config):
         resumed.config.trainer.resume_mode = "auto"
     resumed.fit()
     assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3], "no step past it"
+
+
+def test_an_evaluating_step_expected_to_pass_the_budget_is_the_last(base_config, tmp_path, now):
+    """A validation every 2 steps takes 30 s, a step 10 s, the budget 45 s. Step 2 evaluates: 10 s so far + a 10 s
+    step + a 30 s evaluation (measured before training) pass 45 s, so step 2 is the last. Counting a mean step alone
+    (20 s) once made step 2 an ordinary step that ended past the budget (50 s) and ran a step 3 after it, with a
+    second full evaluation, to 90 s."""
+    trainer = _timed(base_config, tmp_path, now, budget_s=45.0, validate_s=30.0)
+    with open_dict(trainer.config):
+        trainer.config.trainer.test_freq = 2
+    trainer.fit()
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert trainer.clock.total_s == 50.0 and rows[-1]["time/train_total_s"] == 50.0
+    assert (tmp_path / "run" / "global_step_2" / "verl_ext_state.pt").is_file(), "the last step saves"

@@ -22,6 +22,8 @@ from verl_ext.metrics_log.terminal import phase
 from verl_ext.trainer.sampled_eval import pass_at_k_metrics, sample_counts
 from verl_ext.trainer.uids import assign_uids
 
+EVALUATION_TIMERS = ("testing", "pass_at_k", "heldout")  # a step's evaluations, as _run_step times them
+
 
 class TrainLoopMixin:
     """The loop (module docstring); the step is `train_on_batch` (step.py), the saves `_maybe_save_checkpoint`
@@ -116,7 +118,7 @@ class TrainLoopMixin:
     def _first_validation(self, val_only: bool) -> None:
         """Validation before training is logged as step 0 of a fresh run; val_only validates (a resumed checkpoint
         too) and stops, whatever val_before_train says."""
-        fresh, metrics = self.global_steps == 0, {}
+        fresh, metrics, started = self.global_steps == 0, {}, time.monotonic()
         if (self.config.trainer.get("val_before_train", True) and fresh) or val_only:
             phase(f"validating on {len(self.val_dataset)} validation prompts")
             metrics = self._validate()
@@ -126,6 +128,8 @@ class TrainLoopMixin:
             metrics.update(self.heldout.evaluate(self))
         if metrics:
             self.run_log.first_validation(self.global_steps, metrics)
+            # not training time, but the first estimate of what an evaluating step adds (TrainClock.ends_budget)
+            self.clock.note_evaluation(time.monotonic() - started)
 
     def _train(self) -> None:
         """The training loop, from the step after the checkpoint's to the last (`total_training_steps`, or the one
@@ -141,14 +145,16 @@ class TrainLoopMixin:
         batches = self.training_batches()
         while True:
             is_last = self.global_steps >= self.total_training_steps or self.clock.ends_budget(
-                budget, self.global_steps - first_step
+                budget, self._evaluates(self.global_steps, is_last=False)
             )
             started = self._start_step(batches, first_step)
             if started is None:
                 return  # the data ran out
             batch, metrics, timing_raw = started
             batch = self._run_step(batch, metrics, timing_raw, is_last)
-            seconds = self.clock.lap()  # since the previous row (a checkpoint save also reads the clock)
+            # since the previous row (a checkpoint save also reads the clock), its evaluations' share told apart
+            evaluations = [timing_raw[name] for name in EVALUATION_TIMERS if name in timing_raw]
+            seconds = self.clock.lap(sum(evaluations) if evaluations else None)
             metrics.update(self._timing_metrics(batch, timing_raw))
             self.run_log.step(self.global_steps, metrics, seconds)
             if is_last:
@@ -173,11 +179,19 @@ class TrainLoopMixin:
         timing_raw.update(profile_timing)
         return batch, metrics, timing_raw
 
+    def _validates(self, step: int, is_last: bool) -> bool:
+        """Whether training step `step` validates: every `trainer.test_freq` steps and the last (0 or less: never)."""
+        test_freq = self.config.trainer.test_freq
+        return test_freq > 0 and (is_last or step % test_freq == 0)
+
+    def _evaluates(self, step: int, is_last: bool) -> bool:
+        """Whether training step `step` validates or runs the held-out evaluation."""
+        return self._validates(step, is_last) or self.heldout.due_after(step, is_last)
+
     def _run_step(self, batch: DataProto, metrics: dict, timing_raw: dict, is_last: bool) -> DataProto:
         """Train on the batch (returned as trained, its metrics added to `metrics`), save a checkpoint when one is
         due, sync the rollout's weights, validate when due, and close the step's profile window."""
-        test_freq = self.config.trainer.test_freq
-        validates = test_freq > 0 and (is_last or self.global_steps % test_freq == 0)
+        validates = self._validates(self.global_steps, is_last)
         with marked_timer("step", timing_raw):
             batch = self.train_on_batch(batch, metrics, timing_raw)
             metrics.update(self._batch_metrics(batch, metrics))
