@@ -4,10 +4,11 @@
         [--only maxrl+gtpo_sepa grpo+none] [--dry-run]
     .venv/bin/python scripts/campaign.py report SPEC [...]   # seed-band curves and tables: verl_ext/campaign/report.py
     .venv/bin/python scripts/campaign.py publish SPEC --to docs/results   # finished runs' logs: campaign/publish.py
+    .venv/bin/python scripts/campaign.py restore SPEC --from docs/results # published runs back: campaign/restore.py
     .venv/bin/python scripts/campaign.py SPEC --submit http://HEAD:8265 --out-root /shared/campaigns \
         [--local-root outputs/campaign] [--max-concurrent 2]   # on a Ray cluster: verl_ext/campaign/submit.py
 
-Three subcommands: `run` (running a campaign), `report` and `publish`; `run` is the default, so
+Four subcommands: `run` (running a campaign), `report`, `publish` and `restore`; `run` is the default, so
 `campaign.py SPEC ...` is `campaign.py run SPEC ...`.
 
 Before the first run, one run of every condition goes through its recipe's pre-flight check: a bad override fails
@@ -32,12 +33,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from verl_ext.campaign import publish, report
+from verl_ext.campaign import publish, report, restore
 from verl_ext.campaign.local import plot_curves, run_local
 from verl_ext.campaign.spec import CampaignSpec
 from verl_ext.launch.job import DEFAULT_PYTHON, PREFLIGHT_MODES
 
-COMMANDS = ("run", "report", "publish")
+COMMANDS = ("run", "report", "publish", "restore")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, module, summary in (
         ("report", report, "seed-band curves and tables of a campaign's runs"),
         ("publish", publish, "copy the finished runs' metrics logs into a results directory"),
+        ("restore", restore, "copy published runs back, marked done, to continue a campaign on a fresh machine"),
     ):
         sub = commands.add_parser(
             name, help=summary, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

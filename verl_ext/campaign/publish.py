@@ -12,8 +12,8 @@ verl_ext/trainer/heldout.py) to <label>/validation/heldout/; a run without one
 already published with the same bytes is left as it is; one that differs is refused (exit 1) unless --overwrite:
 a finished run does not change, so a difference means two campaigns under one name. --prune-checkpoints deletes a
 published run's checkpoints (global_step_*: ~1.6 GB a run for SmolLM2-135M), which a finished run never resumes
-from. To continue a campaign on another machine, copy <to>/<name>/<label>/metrics.jsonl back to
-<out-root>/<name>/<label>/ with a DONE file beside it: the runner then skips that run.
+from. To continue a campaign on another machine, `campaign.py restore SPEC --from <to>` copies the published runs back,
+marked done (verl_ext/campaign/restore.py): the runner then skips them.
 """
 
 from __future__ import annotations
