@@ -44,9 +44,11 @@ def short_gateway(loop_thread, tiny_tokenizer, tiny_backend):
 
 def test_every_fault_is_dropped_with_its_status(loop_thread, short_gateway):
     gw = short_gateway
-    # 45 s: an agent process (python + the openai client) takes 2-3 s to start on an idle machine but over 15 s on a
-    # loaded one; the slow agent sleeps an hour, so it times out whatever the bound.
-    settings = AgentSettings.from_mapping({"command": [sys.executable, FAULTY], "timeout_s": 45, "api_key": "k"})
+    # 20 s: the episodes are forked from a fork server that imported the openai client before the episode's clock
+    # starts (launch=fork, the default), so the bound covers the rounds only (a process per episode took 2-3 s to
+    # start idle and over 15 s loaded); the slow agent sleeps an hour, so it times out whatever the bound.
+    settings = AgentSettings.from_mapping({"command": [sys.executable, FAULTY], "timeout_s": 20, "api_key": "k"})
+    assert settings.launch == "fork"
     behaviors = ["ok", "ok", "crash", "slow", "bad_json", "rewrite", "no_score"]
     results = run_all(loop_thread, gw, settings, behaviors)
     status = [r.outcome.status.value for r in results]

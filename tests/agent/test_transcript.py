@@ -1,5 +1,5 @@
 """An episode's transcript (`verl_ext.agent.transcript`): the conversation the gateway compared and the ids it
-recorded, side by side (on real episodes: tests/recipe/fast_dapo/test_e2e_agent_real_model.py)."""
+recorded, side by side (on real episodes: tests/recipe/composer/test_e2e_composer_real.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Why: "token-true" is a claim about two things a user cannot see side by side: th
 the ids that were trained. A transcript holds both (the last chat request's messages and tools, the reply appended,
 as the gateway compared them: `core.Session.history`; the trained sample's prompt ids, response ids and mask), so
 rendering the messages with the run's chat template and comparing the ids checks the claim on real episodes
-(tests/recipe/fast_dapo/test_e2e_agent_real_model.py does).
+(tests/recipe/composer/test_e2e_composer_real.py does, on the real agent).
 
 It also holds each round's request as the policy saw it (`turns`: `core.Session.turns`, the messages, tools and tool
 choice of that round's chat request and the reply it got), from which the Composer marks error sites at failed tool

@@ -18,7 +18,10 @@
    template does, so part 3 is unchanged), every teacher request is the agent's turn with its tools; error sites come
    from the calculator's rules on the recorded tool results (`+tool_errors=calculator` in the preset), the hint-
    conditioned teacher pass gives SDPO a loss there, and the teachers' answers to the agent's turns make replay pairs
-   written in the agent's call format.
+   written in the agent's call format. What only the real model shows of the agent itself: its own replies call the
+   tool in the line format, the SDK runs the tool and sends the result back, each trained sample is, token for
+   token, the line template's rendering of the conversation the gateway saw (`external_agent.transcripts`), and a
+   greedy validation through the same agent reports its tool use.
 5. The launcher is killed with SIGKILL (the hardest case: no clean-up of its own runs): its server, its engine and
    the command it ran are gone, and the port is free.
 """
@@ -185,7 +188,8 @@ def _train_agent_full_arm(teachers: list[dict], out: Path) -> list[dict]:
             f"trainer.total_training_steps={STEPS}",
             "trainer.val_before_train=false",
             "trainer.heldout.files=null",
-            "trainer.test_freq=-1",
+            f"trainer.test_freq={STEPS}",  # a greedy validation of 4 questions through the agent, at the end
+            "data.val_max_samples=4",
             "trainer.save_freq=-1",
             "trainer.logger=[console]",
             "trainer.plot_keys=[]",
@@ -226,6 +230,49 @@ def _check_the_agent_run(rows: list[dict], out: Path, lone: LoneTeacher) -> None
         assert "turn" in p["prompt"] and p["chosen"] != p["rejected"] and "wrong" not in p["chosen"]
         # an action in the agent's format: a call line, or a final answer
         assert p["chosen"].startswith("calc: ") or "\\boxed" in p["chosen"], p
+    # the model's own replies called the tool in the line format, and the SDK's next request extended the episode
+    assert sum(r["agent/tool_call_frac"] for r in rows) > 0 and sum(r["agent/drift/extended"] for r in rows) > 0, rows
+    assert all(r[k] == 0 for r in rows for k in r if k.startswith("agent/drift/split/")), rows
+    # the validation ran through the same agent (greedy) and reports its tool use beside its accuracy, per module
+    for name in ("acc", "tool_call", "tool_result_in_answer"):
+        keys = [k for k in last if k.startswith("val-") and k.endswith(f"/{name}/mean@1")]
+        assert keys and all(0 <= last[k] <= 1 for k in keys), name
+    _check_the_transcripts(out / "transcripts", episodes=sum(r["agent/episodes"] for r in rows) + 4)
+
+
+def _check_the_transcripts(transcripts: Path, episodes: int) -> None:
+    """Each trained sample is, token for token, the line template's rendering of the conversation the gateway saw
+    (the call line and the `Result:` turn included); the policy's call line is trained, the tool's result is not."""
+    from transformers import AutoTokenizer
+
+    from verl_ext.agent.gateway.toolcall import for_template
+    from verl_ext.pretrained import smollm2
+
+    tok = AutoTokenizer.from_pretrained(smollm2.ensure_smollm2())
+    tok.chat_template = smollm2.LINE_TOOL_CHAT_TEMPLATE
+    records = [json.loads(p.read_text()) for p in transcripts.glob("*.json")]
+    assert len(records) == episodes  # the training episodes and the 4 validation ones
+    with_call = 0
+    for r in records:
+        assert r["status"] == "ok" and r["tools"][0]["function"]["name"] == "calc", r
+        messages = [for_template(m) for m in r["messages"]]
+        want = tok.apply_chat_template(messages, tools=r["tools"], tokenize=True, return_dict=False)
+        got = r["prompt_ids"] + r["response_ids"]
+        # the trained ids are the template's rendering of the conversation; it ends with the reply's end of turn and
+        # the template's newline (a reply cut by the token budget lacks its end of turn)
+        assert got == want[: len(got)], (r["episode_id"], tok.decode(got), tok.decode(want))
+        assert tok.decode(want[len(got) :]) in ("\n", "<|im_end|>\n"), tok.decode(want[len(got) :])
+        calls = [m for m in r["messages"] if m.get("tool_calls")]
+        if calls:
+            with_call += 1
+            assert r["rounds"] >= 2 and any(m["role"] == "tool" for m in r["messages"])
+            call = calls[0]["tool_calls"][0]["function"]
+            line = "calc: " + json.loads(call["arguments"])["expr"]
+            assert f"{line}<|im_end|>\n<|im_start|>user\nResult: " in tok.decode(got)
+            sampled = tok.decode([t for t, m in zip(r["response_ids"], r["response_mask"]) if m])
+            context = tok.decode([t for t, m in zip(r["response_ids"], r["response_mask"]) if not m])
+            assert line in sampled and "Result: " in context
+    assert with_call > 0
 
 
 def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
