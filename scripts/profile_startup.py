@@ -17,6 +17,7 @@ docs/CI.md keeps the numbers and the command.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 from verl_ext.launch.artifacts import METRICS_FILE
 from verl_ext.launch.local_run import run_driver
 from verl_ext.metrics_log import read_jsonl
+from verl_ext.metrics_log.terminal import VERBOSE_ENV
 
 # (label, regex of the line that ends the phase), in the order they happen.
 MILESTONES = [
@@ -104,6 +106,8 @@ def main(argv=None) -> None:
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={out / 'run'}",
     ]
+    # the milestones are verl's and vLLM's own lines, which the driver's quiet terminal keeps for its log only
+    os.environ[VERBOSE_ENV] = "1"
     print(f"[profile] {args.entry} {' '.join(overrides)}", flush=True)
     start = time.perf_counter()
     lines = run(args.entry, overrides, out / "run.log")

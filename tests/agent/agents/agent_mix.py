@@ -13,6 +13,7 @@ MODULES = {
     "openai_agents_sdk": "verl_ext.agent.examples.agents_sdk_calc",
     "langgraph_react": "verl_ext.agent.examples.langgraph_calc",
     "guess": "verl_ext.agent.examples.guess_agent",
+    "calc": "verl_ext.agent.examples.calc_agent",
 }
 TEST_AGENTS = {"stop_copy": Path(__file__).with_name("stop_copy.py")}
 
