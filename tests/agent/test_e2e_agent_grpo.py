@@ -1,8 +1,8 @@
 """Unchanged external agents train with plain GRPO through the gateway in front of verl's own vLLM-CPU rollout
 servers: 2 steps, async (episodes one step ahead, staleness bound 1; the calculator agent on the Responses API with
 a function tool, so the tools block is in every prompt). The sync run (on-policy) is `test_e2e_frameworks.py`: the
-guess agent on chat completions, the `stop` agent and the two framework agents in one run. `check_common` is what
-every agent run must show."""
+guess agent on chat completions, the `stop` agent, the two framework agents and the calculator agent in one run of
+the Composer (GRPO + sampled-token SDPO). `check_common` is what every agent run must show."""
 
 from __future__ import annotations
 

@@ -319,7 +319,7 @@ FEATURE_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "critic, use_kl_in_reward, critic_warmup, balance_batch, checkpoints": (
         "test_grpo_matches_verls_trainer_with_rollout_correction_and_dumps",
-        "test_gtpo_sepa_with_shannon_entropy_trains_and_checkpoints_sepa_state",
+        "test_fast_dapo_trains_crashes_and_resumes",
     ),
     "distillation (teacher model)": (
         "test_each_rejection_names_its_key",
