@@ -148,6 +148,37 @@ def test_vllm_cpu_reserves_a_core_unless_told_and_the_backend_tells_it_not_to():
     assert backend_env()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
 
 
+def test_the_rollout_server_runs_its_model_worker_inside_the_engine_on_every_core():
+    """The backend asks for vLLM's "uni" executor (the model worker inside the engine process: one process that
+    imports vLLM and torch fewer per server start-up) through `engine_kwargs.vllm`, which verl 0.9.1 spreads after its
+    own "mp"; vLLM-CPU turns "uni" back into "mp" unless VLLM_ENABLE_V1_MULTIPROCESSING is "0" (the platform sets it
+    for the server), and the uni executor binds no OpenMP threads (only the multiprocess one does), so the server's
+    environment gives torch every core. Fails when verl stops letting engine_kwargs choose the executor, or vLLM
+    changes either rule (then a setting may go). The e2e fault run checks the live processes."""
+    import inspect
+
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.vllm_rollout import vllm_async_server
+    from vllm.platforms import cpu as vllm_cpu
+    from vllm.v1.executor import multiproc_executor, uniproc_executor
+
+    from verl_ext.cpu.platform import PlatformCPU
+    from verl_ext.cpu.session import BACKEND_YAML
+    from verl_ext.cpu.shims import cpu_threads
+
+    src = inspect.getsource(vllm_async_server)
+    assert src.index('"distributed_executor_backend": "mp",') < src.index("**engine_kwargs,\n        }")
+    backend = OmegaConf.load(BACKEND_YAML)
+    assert backend.actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend == "uni"
+    platform_rule = inspect.getsource(vllm_cpu.CpuPlatform.check_and_update_config)
+    assert 'os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1"' in platform_rule
+    assert 'parallel_config.distributed_executor_backend = "mp"' in platform_rule
+    assert "OMPProcessManager" in inspect.getsource(multiproc_executor)
+    assert "OMPProcessManager" not in inspect.getsource(uniproc_executor)
+    env = PlatformCPU().rollout_env_vars()
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and env["OMP_NUM_THREADS"] == str(cpu_threads())
+
+
 def test_verl_computes_in_bf16_unless_mixed_precision_says_otherwise():
     """Why the backend sets fsdp_config.mixed_precision to fp32: verl's FSDP engine takes its compute dtype from
     mixed_precision.param_dtype and falls back to bf16 when it is unset (emulated, ~30x slower per token on CPUs

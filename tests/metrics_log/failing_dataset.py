@@ -1,5 +1,5 @@
 """A dataset class that fails when verl builds it inside the task runner (after the pre-flight passed and Ray
-started): a run that fails inside Ray, for tests/metrics_log/test_terminal.py."""
+started): a run that fails inside Ray, for tests/metrics_log/test_e2e_terminal.py."""
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 

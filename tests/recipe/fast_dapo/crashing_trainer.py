@@ -3,10 +3,11 @@
 - `VERL_EXT_TEST_CRASH_AFTER_STEP=k`: right after step k has been logged, before the next one;
 - `VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT=k`: right after step k's checkpoint is complete, before its metrics row;
 - `VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP=k`: before the first generation call from step k on, the rollout server's
-  vLLM worker processes are SIGKILLed (as the OOM killer would), the time written to `VERL_EXT_TEST_KILL_STAMP`; the
-  run must notice by itself.
+  processes that hold the model are SIGKILLed (as the OOM killer would); the time, the vLLM processes seen and those
+  killed are written to `VERL_EXT_TEST_KILL_STAMP` (JSON); the run must notice by itself.
 """
 
+import json
 import os
 import signal
 import time
@@ -38,9 +39,18 @@ def vllm_processes(names: tuple[bytes, ...] = (b"VLLM::Worker", b"VLLM::EngineCo
     return found
 
 
+def _process_facts(pid: int) -> dict:
+    """A vLLM process's name (its command line's start) and the OpenMP threads its environment gives torch."""
+    proc = Path("/proc") / str(pid)
+    env = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
+    name = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+    return {"name": name, "OMP_NUM_THREADS": env.get(b"OMP_NUM_THREADS", b"").decode()}
+
+
 def kill_vllm_workers() -> list[int]:
-    """SIGKILL every vLLM worker process; their pids."""
-    killed = vllm_processes((b"VLLM::Worker",))
+    """SIGKILL every process that holds a vLLM model (as the OOM killer picks the largest): the model workers, or the
+    engine process where the worker runs inside it (the CPU backend's "uni" executor); their pids."""
+    killed = vllm_processes((b"VLLM::Worker",)) or vllm_processes((b"VLLM::EngineCore",))
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
     return killed
@@ -50,9 +60,11 @@ class CrashingFastDAPOTrainer(RayFastDAPOTrainer):
     def generate(self, gen_batch, timing_raw):
         kill_at = _step_from_env("VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP")
         if kill_at is not None and self.global_steps >= kill_at and not getattr(self, "_killed", None):
+            seen = {pid: _process_facts(pid) for pid in vllm_processes()}
             self._killed = kill_vllm_workers()
             assert self._killed, "no vLLM worker process to kill"
-            Path(os.environ["VERL_EXT_TEST_KILL_STAMP"]).write_text(str(time.time()))
+            stamp = {"time": time.time(), "processes": list(seen.values()), "killed": [seen[p] for p in self._killed]}
+            Path(os.environ["VERL_EXT_TEST_KILL_STAMP"]).write_text(json.dumps(stamp))
         return super().generate(gen_batch, timing_raw)
 
     def training_batches(self):

@@ -1,13 +1,15 @@
 """A fault a user meets, end to end through the driver a user runs (`python -m recipe.fast_dapo.main`, its own Ray,
-the quiet terminal), on the tiny model: the rollout server's vLLM worker is SIGKILLed before step 2's generation (as
-the OOM killer does). The run must notice by itself within 60 s, say on the terminal that it failed, at which step,
-the cause in one line and the checkpoint a resume starts from (never the finished run's summary), leave no vLLM
-process behind, and a resume must continue from step 1's checkpoint without a lost or repeated step
-(docs/FAULTS.md).
+the quiet terminal), on the tiny model: the rollout server's process that holds the model (vLLM's engine, the model
+worker inside it on the CPU backend) is SIGKILLed before step 2's generation (as the OOM killer does). The run must
+notice by itself within 60 s, say on the terminal that it failed, at which step, the cause in one line and the
+checkpoint a resume starts from (never the finished run's summary), leave no vLLM process behind, and a resume must
+continue from step 1's checkpoint without a lost or repeated step (docs/FAULTS.md).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
@@ -60,7 +62,12 @@ def test_a_killed_rollout_server_fails_the_run_by_name_and_a_resume_continues(tm
     ended = time.time()
     (tmp_path / "driver.log").write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
     assert stamp.exists(), (r.stdout + r.stderr)[-3000:]
-    noticed_s = ended - float(stamp.read_text())
+    killed = json.loads(stamp.read_text())
+    # the CPU backend's rollout server: the model worker inside vLLM's engine process (its "uni" executor, one process
+    # fewer to start), computing on every core
+    assert [p["name"] for p in killed["processes"]] == ["VLLM::EngineCore"], killed
+    assert killed["killed"] == [{"name": "VLLM::EngineCore", "OMP_NUM_THREADS": str(len(os.sched_getaffinity(0)))}]
+    noticed_s = ended - killed["time"]
     print(f"the driver exited {noticed_s:.1f} s after the kill")
     # measured 5.8 s (the next generation call raises), Ray's shutdown included
     assert r.returncode != 0 and noticed_s < 60, (noticed_s, (r.stdout + r.stderr)[-3000:])
