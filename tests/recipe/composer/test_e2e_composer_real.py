@@ -7,11 +7,12 @@
    restart without a call, the call cap stops the requests beyond it, real timeouts are retried, a 404 for an
    unknown model is not.
 3. The full arm (GRPO + full-logit SDPO + trace replay) trains 2 steps of the real preset (preset/real.yaml: the same
-   model as student, the arithmetic task) against three teachers: two on that one server (the released model under
-   two pool names, so `min_agree: 2` can pair) and a lone dissenter on a scripted server on 127.0.0.1 that needs an
-   API key. Step 1's prompts go to the teachers, the last step waits for their answers, builds pairs from the two
-   that agree (never the dissenter's answer) and trains on them; the channel losses add up to the logged total, and
-   the key reaches the scripted server as a bearer token but no file of the run, its checkpoint included.
+   model as student, the arithmetic task; 4 responses a prompt) against three teachers: two on that one server (the
+   released model under two pool names, so `min_agree: 2` can pair) and a lone dissenter on a scripted server on
+   127.0.0.1 that needs an API key. Step 1's prompts go to the teachers, the last step waits for their answers,
+   builds pairs from the two that agree (never the dissenter's answer) and trains on them; the channel losses add up
+   to the logged total, and the key reaches the scripted server as a bearer token but no file of the run, its
+   checkpoint included.
 4. The same arm on the real agent (preset/agent_real.yaml: the Agents SDK calculator agent, unchanged, through the
    gateway), 2 steps against the same teachers: the server runs the agent's line tool template and is asked with
    tool_choice none (`--chat-template line_tool_template --tool-choice none`: plain chats render as the released
@@ -50,7 +51,11 @@ from verl_ext.metrics_log import read_jsonl
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
-STEPS, PROMPTS = 2, 2  # the preset's 8 responses a prompt: 16 rows, its log-prob micro-batch
+STEPS, PROMPTS = 2, 2
+# responses a prompt in the single-turn arm (the preset's 8 would double its update and generation, ~50 s): 8 rollout
+# rows, one mini-batch and one micro-batch; the released model fails nearly every answer, so every step still has
+# error sites (16 of 16 at 8 a prompt)
+N_SINGLE = 4
 SECRET = "sk-composer-e2e-7f3a9c"  # the lone teacher's key: must reach its server and never a file
 KEY_ENV = "COMPOSER_E2E_KEY"
 
@@ -148,6 +153,10 @@ def _train_full_arm(teachers: list[dict], out: Path) -> tuple[list[dict], float,
             ts.render_override(teachers).strip("'"),  # the launcher's override line, as the shell passes it
             f"data.train_batch_size={PROMPTS}",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+            f"actor_rollout_ref.rollout.n={N_SINGLE}",
+            # the log-prob passes in whole groups (the shared-prefix engine's micro-batches): 2 groups of 4
+            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={PROMPTS * N_SINGLE}",
+            f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={PROMPTS * N_SINGLE}",
             "composer.replay.max_pairs_per_step=4",
             f"trainer.total_training_steps={STEPS}",
             "trainer.val_before_train=false",
@@ -178,7 +187,7 @@ def _train_agent_full_arm(teachers: list[dict], out: Path) -> list[dict]:
             ts.render_override(teachers).strip("'"),
             f"data.train_batch_size={PROMPTS}",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
-            "composer.replay.max_pairs_per_step=4",
+            "composer.replay.max_pairs_per_step=2",  # 4 rows more in step 2's update (~12 s at its micro-batches)
             # as the agent Composer campaign: the full-logit SDPO term's update in 2-row micro-batches (the same update;
             # at the preset's 8 this run was killed by Ray's memory monitor in a full `make test`, docs/FAULTS.md)
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
@@ -321,7 +330,7 @@ def test_composer_full_arm_on_smollm2_against_a_real_teacher(ray_cpu, tmp_path):
     assert 0 < last["replay/pairs_used"] <= 4 and math.isfinite(last["loss/replay_dpo"]) and last["loss/replay_dpo"] > 0
     assert last["replay/dpo_loss_update"] == pytest.approx(last["loss/replay_dpo"], rel=0.05)
     assert "replay/dpo_loss_update" not in first
-    # 16 rollout rows = 1 mini-batch, plus the replay mini-batch whose advantages are 0: loss/grpo leaves it out
+    # the rollout rows = 1 mini-batch, plus the replay mini-batch whose advantages are 0: loss/grpo leaves it out
     assert first["loss/grpo"] == pytest.approx(first["actor/pg_loss"])
     assert last["loss/grpo"] == pytest.approx(2 * last["actor/pg_loss"])
 
