@@ -69,6 +69,22 @@ def test_runtime_env_carries_the_cpu_backend_only_for_cpu_configs():
     assert "VERL_PLATFORM" not in env["env_vars"] and "working_dir" not in env
 
 
+def test_the_working_dir_a_job_uploads_is_the_code_and_well_under_rays_limit(tmp_path):
+    """Zipped by Ray's own packaging, as a submission does: the checkout's published campaign logs (docs/results, over
+    100 MB) once made every job fail with "413: Maximum request body size 104857600 exceeded"."""
+    from zipfile import ZipFile
+
+    from ray._private.runtime_env.packaging import create_package
+
+    env = job.runtime_env(_req("+preset=cpu_demo"))
+    package = tmp_path / "working_dir.zip"
+    create_package(env["working_dir"], package, include_gitignore=True, excludes=env["excludes"])
+    names = ZipFile(package).namelist()
+    assert "recipe/fast_dapo/main.py" in names and "verl_ext/launch/entry.py" in names
+    assert not any(n.startswith(("docs/results/", ".venv/", ".git/", "outputs/")) for n in names)
+    assert package.stat().st_size < job.MAX_PACKAGE_BYTES / 10, package.stat().st_size
+
+
 def test_artifacts_round_trip_through_a_noisy_log(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
