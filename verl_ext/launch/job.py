@@ -40,8 +40,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Never uploaded with the working dir (Ray also honours .gitignore): environments, outputs, VCS data, and the published
 # campaign logs (docs/results: over 100 MB, and Ray's job server refuses a package over 100 MiB).
 WORKING_DIR_EXCLUDES = [".git", ".venv", "outputs", "runs", "docs/results", "**/__pycache__", ".pytest_cache", ".cache"]
-# Ray's job server refuses a request body over 100 MiB (the zipped working dir); a job's code is a few MB
-MAX_PACKAGE_BYTES = 100 * 1024 * 1024
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 PREFLIGHT_MODES = ("full", "config", "none")
 
