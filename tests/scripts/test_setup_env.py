@@ -43,7 +43,11 @@ def test_the_check_sees_a_stack_without_bytecode(monkeypatch, tmp_path):
 
 
 def test_the_set_up_does_not_skip_byte_compiling():
+    """pip compiles unless told not to; uv only when told to."""
     script = (ROOT / "scripts" / "setup_env.sh").read_text()
-    installs = [line for line in script.splitlines() if " install " in line and not line.lstrip().startswith("#")]
-    assert installs, "no pip install in scripts/setup_env.sh"
+    code = [line for line in script.splitlines() if not line.lstrip().startswith("#")]
+    installs = [line for line in code if " install " in line]
+    assert installs, "no install in scripts/setup_env.sh"
     assert not any("--no-compile" in line for line in installs), installs
+    uv_installs = [line for line in installs if "uv" in line.split(" install ")[0]]
+    assert uv_installs and all("--compile-bytecode" in line for line in uv_installs), uv_installs

@@ -4,7 +4,12 @@
 - `VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT=k`: right after step k's checkpoint is complete, before its metrics row;
 - `VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP=k`: before the first generation call from step k on, the rollout server's
   processes that hold the model are SIGKILLed (as the OOM killer would); the time, the vLLM processes seen and those
-  killed are written to `VERL_EXT_TEST_KILL_STAMP` (JSON); the run must notice by itself.
+  killed are written to `VERL_EXT_TEST_KILL_STAMP` (JSON); the run must notice by itself;
+- `VERL_EXT_TEST_KILL_ROLLOUT_AT_VALIDATION=k`: the same kill as step k's validation starts, which is after step k's
+  checkpoint and weight sync and before its metrics row.
+
+The vLLM processes looked at are the run's own: those whose environment holds the kill stamp's path (the driver's
+environment reaches Ray's workers and the engines they start).
 """
 
 import json
@@ -25,14 +30,16 @@ def _step_from_env(name: str) -> int | None:
     return int(value) if value else None
 
 
-def vllm_processes(names: tuple[bytes, ...] = (b"VLLM::Worker", b"VLLM::EngineCore")) -> list[int]:
-    """The pids of the machine's vLLM processes whose command line starts with one of `names` (the e2e runs are
-    alone on it)."""
+def vllm_processes(marker: str, names: tuple[bytes, ...] = (b"VLLM::Worker", b"VLLM::EngineCore")) -> list[int]:
+    """The pids of the vLLM processes whose command line starts with one of `names` and whose environment holds
+    `marker`."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "cmdline").read_bytes().startswith(names):
+                if (entry / "cmdline").read_bytes().startswith(names) and marker.encode() in (
+                    entry / "environ"
+                ).read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -47,25 +54,34 @@ def _process_facts(pid: int) -> dict:
     return {"name": name, "OMP_NUM_THREADS": env.get(b"OMP_NUM_THREADS", b"").decode()}
 
 
-def kill_vllm_workers() -> list[int]:
-    """SIGKILL every process that holds a vLLM model (as the OOM killer picks the largest): the model workers, or the
-    engine process where the worker runs inside it (the CPU backend's "uni" executor); their pids."""
-    killed = vllm_processes((b"VLLM::Worker",)) or vllm_processes((b"VLLM::EngineCore",))
+def kill_vllm_workers(marker: str) -> list[int]:
+    """SIGKILL every process of the run that holds a vLLM model (as the OOM killer picks the largest): the model
+    workers, or the engine process where the worker runs inside it (the CPU backend's "uni" executor); their pids."""
+    killed = vllm_processes(marker, (b"VLLM::Worker",)) or vllm_processes(marker, (b"VLLM::EngineCore",))
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
     return killed
 
 
 class CrashingFastDAPOTrainer(RayFastDAPOTrainer):
+    def _kill_the_rollout(self):
+        stamp_path = os.environ["VERL_EXT_TEST_KILL_STAMP"]
+        seen = {pid: _process_facts(pid) for pid in vllm_processes(stamp_path)}
+        self._killed = kill_vllm_workers(stamp_path)
+        assert self._killed, "no vLLM worker process to kill"
+        stamp = {"time": time.time(), "processes": list(seen.values()), "killed": [seen[p] for p in self._killed]}
+        Path(stamp_path).write_text(json.dumps(stamp))
+
     def generate(self, gen_batch, timing_raw):
         kill_at = _step_from_env("VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP")
         if kill_at is not None and self.global_steps >= kill_at and not getattr(self, "_killed", None):
-            seen = {pid: _process_facts(pid) for pid in vllm_processes()}
-            self._killed = kill_vllm_workers()
-            assert self._killed, "no vLLM worker process to kill"
-            stamp = {"time": time.time(), "processes": list(seen.values()), "killed": [seen[p] for p in self._killed]}
-            Path(os.environ["VERL_EXT_TEST_KILL_STAMP"]).write_text(json.dumps(stamp))
+            self._kill_the_rollout()
         return super().generate(gen_batch, timing_raw)
+
+    def _validate(self, *args, **kwargs):
+        if self.global_steps == _step_from_env("VERL_EXT_TEST_KILL_ROLLOUT_AT_VALIDATION"):
+            self._kill_the_rollout()
+        return super()._validate(*args, **kwargs)
 
     def training_batches(self):
         crash_after = _step_from_env("VERL_EXT_TEST_CRASH_AFTER_STEP")
