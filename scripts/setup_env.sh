@@ -22,10 +22,10 @@ step() {
   "$@" >> "$log" 2>&1 || { tail -n 30 "$log" >&2; echo "[setup] failed: $*; full log: $log" >&2; exit 1; }
 }
 # The installs go through uv's pip interface (uv itself pinned in constraints-cpu.txt): the same packages at the same
-# pins as pip's, resolved and unpacked in parallel (a fresh set-up ~150 -> ~XX s on 2 cores, docs/CI.md). Each call
-# byte-compiles what it installed (--compile-bytecode, on every core). Keep that: where
-# PYTHONDONTWRITEBYTECODE=1 is set (CI's machines set it), Python never caches what it compiles on import, so every
-# process of a run (driver, Ray workers, vLLM's engine) would compile torch, verl and vLLM from source again.
+# pins as pip's, resolved and unpacked in parallel (a fresh set-up 155 -> 63 s on 2 cores, docs/CI.md). Each call
+# byte-compiles what it installed (--compile-bytecode, on every core). Keep that: where PYTHONDONTWRITEBYTECODE=1 is
+# set (CI's machines set it), Python never caches what it compiles on import, so every process of a run (driver, Ray
+# workers, vLLM's engine) would compile torch, verl and vLLM from source again.
 # uv reads no pip configuration: the machine's pip find-links (where a local CPU build of torch may lie) are passed on.
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 echo "[setup] uv ..."

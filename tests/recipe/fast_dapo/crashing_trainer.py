@@ -1,12 +1,7 @@
-"""A fast DAPO trainer that dies like a killed job, at one of the points given by environment variables:
-
-- `VERL_EXT_TEST_CRASH_AFTER_STEP=k`: right after step k has been logged, before the next one;
-- `VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT=k`: right after step k's checkpoint is complete, before its metrics row;
-- `VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP=k`: before the first generation call from step k on, the rollout server's
-  processes that hold the model are SIGKILLed (as the OOM killer would); the time, the vLLM processes seen and those
-  killed are written to `VERL_EXT_TEST_KILL_STAMP` (JSON); the run must notice by itself;
-- `VERL_EXT_TEST_KILL_ROLLOUT_AT_VALIDATION=k`: the same kill as step k's validation starts, which is after step k's
-  checkpoint and weight sync and before its metrics row.
+"""A fast DAPO trainer whose rollout server dies as in a killed job: with `VERL_EXT_TEST_KILL_ROLLOUT_AT_VALIDATION=k`,
+as step k's validation starts (after step k's checkpoint and weight sync, before its metrics row), the rollout
+server's processes that hold the model are SIGKILLed (as the OOM killer would); the time, the vLLM processes seen and
+those killed are written to `VERL_EXT_TEST_KILL_STAMP` (JSON); the run must notice by itself.
 
 The vLLM processes looked at are the run's own: those whose environment holds the kill stamp's path (the driver's
 environment reaches Ray's workers and the engines they start).
@@ -19,10 +14,6 @@ import time
 from pathlib import Path
 
 from recipe.fast_dapo.fast_dapo_ray_trainer import RayFastDAPOTrainer
-
-
-class SimulatedCrash(RuntimeError):
-    pass
 
 
 def _step_from_env(name: str) -> int | None:
@@ -64,33 +55,12 @@ def kill_vllm_workers(marker: str) -> list[int]:
 
 
 class CrashingFastDAPOTrainer(RayFastDAPOTrainer):
-    def _kill_the_rollout(self):
-        stamp_path = os.environ["VERL_EXT_TEST_KILL_STAMP"]
-        seen = {pid: _process_facts(pid) for pid in vllm_processes(stamp_path)}
-        self._killed = kill_vllm_workers(stamp_path)
-        assert self._killed, "no vLLM worker process to kill"
-        stamp = {"time": time.time(), "processes": list(seen.values()), "killed": [seen[p] for p in self._killed]}
-        Path(stamp_path).write_text(json.dumps(stamp))
-
-    def generate(self, gen_batch, timing_raw):
-        kill_at = _step_from_env("VERL_EXT_TEST_KILL_ROLLOUT_AT_STEP")
-        if kill_at is not None and self.global_steps >= kill_at and not getattr(self, "_killed", None):
-            self._kill_the_rollout()
-        return super().generate(gen_batch, timing_raw)
-
     def _validate(self, *args, **kwargs):
         if self.global_steps == _step_from_env("VERL_EXT_TEST_KILL_ROLLOUT_AT_VALIDATION"):
-            self._kill_the_rollout()
+            stamp_path = os.environ["VERL_EXT_TEST_KILL_STAMP"]
+            seen = {pid: _process_facts(pid) for pid in vllm_processes(stamp_path)}
+            killed = kill_vllm_workers(stamp_path)
+            assert killed, "no vLLM worker process to kill"
+            stamp = {"time": time.time(), "processes": list(seen.values()), "killed": [seen[p] for p in killed]}
+            Path(stamp_path).write_text(json.dumps(stamp))
         return super()._validate(*args, **kwargs)
-
-    def training_batches(self):
-        crash_after = _step_from_env("VERL_EXT_TEST_CRASH_AFTER_STEP")
-        for item in super().training_batches():
-            if crash_after is not None and self.global_steps > crash_after:
-                raise SimulatedCrash(f"simulated crash before step {self.global_steps}")
-            yield item
-
-    def _save_checkpoint(self):
-        super()._save_checkpoint()
-        if self.global_steps == _step_from_env("VERL_EXT_TEST_CRASH_AFTER_CHECKPOINT"):
-            raise SimulatedCrash(f"simulated crash after the checkpoint of step {self.global_steps}")

@@ -5,9 +5,7 @@ that holds the model (vLLM's engine, the model worker inside it on the CPU backe
 does) as step 2's validation starts, after its checkpoint and before its metrics row. The run must notice by itself
 within 60 s, say on the terminal that it failed, at which step, the cause in one line and the checkpoint a resume
 starts from (never the finished run's summary), and leave no vLLM process behind; the same command resumes without a
-lost or repeated step (docs/FAULTS.md), and the checkpoint is evaluated (val_only).
-
-"""
+lost or repeated step (docs/FAULTS.md), and the checkpoint is evaluated (val_only)."""
 
 from __future__ import annotations
 
@@ -145,7 +143,7 @@ def test_fast_dapo_trains_crashes_and_resumes(ray_cpu, tmp_path, monkeypatch):
         assert killed["killed"] == [{"name": "VLLM::EngineCore", "OMP_NUM_THREADS": omp}]
     noticed_s = ended - killed["time"]
     print(f"the driver exited {noticed_s:.1f} s after the kill")
-    # measured 5.8 s (the next generation call raises), Ray's shutdown included
+    # measured 6.3 s (the validation's generation call raises), Ray's shutdown included
     assert r.returncode != 0 and noticed_s < 60, (noticed_s, (r.stdout + r.stderr)[-3000:])
     terminal = (r.stdout + r.stderr).splitlines()
     failed = [line for line in terminal if "run failed at step 2/4: " in line]
