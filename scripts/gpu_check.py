@@ -1,6 +1,7 @@
 """The project's pure-torch pieces on a CUDA device, against the same call on CPU: what a GPU user's batch goes
-through without verl (every advantage estimator and uncertainty kind, the group statistics, the Composer's JSD and
-DPO losses, the shared-prefix log-prob gather).
+through without verl (every advantage estimator and uncertainty kind, the group statistics, the Composer's JSD,
+SDPO top-k JSD and DPO losses, fast DAPO's staleness split of the rollout/actor gap, the shared-prefix log-prob
+gather).
 
     python scripts/gpu_check.py                 # on a machine with CUDA and torch; exits 1 on any mismatch
     python scripts/gpu_check.py --device cpu    # the script's own check, here: CPU against CPU
@@ -157,6 +158,47 @@ def main() -> int:
         close(l_cpu, l_gpu, "dpo loss")
         for key, value in m_cpu.items():
             assert abs(value - m_gpu[key]) <= 1e-5 * max(1.0, abs(value)), (key, value, m_gpu[key])
+
+    @check("Composer: SDPO top-k generalized JSD (k 64 of SmolLM2's vocabulary), value and gradient")
+    def _topk_jsd():
+        from verl_ext.composer.sdpo import sdpo_kl_estimate, topk_generalized_jsd
+
+        g = torch.Generator().manual_seed(4)
+        student = torch.randn(96, 49152, generator=g)
+        teacher_lp, teacher_ids = torch.randn(96, 49152, generator=g).log_softmax(-1).topk(64, dim=-1)
+        for beta in (0.0, 0.5, 1.0):
+            s_cpu = student.detach().clone().requires_grad_(True)
+            s_gpu = student.detach().clone().to(DEV).requires_grad_(True)
+            l_cpu = topk_generalized_jsd(s_cpu, teacher_lp, teacher_ids, beta=beta, token_clip=0.05)
+            l_gpu = topk_generalized_jsd(s_gpu, teacher_lp.to(DEV), teacher_ids.to(DEV), beta=beta, token_clip=0.05)
+            l_cpu.sum().backward()
+            l_gpu.sum().backward()
+            close(l_cpu.detach(), l_gpu.detach(), f"top-k jsd beta={beta}", rtol=1e-4, atol=1e-6)
+            close(s_cpu.grad, s_gpu.grad, f"top-k jsd grad beta={beta}", rtol=1e-3, atol=1e-7)
+        lp, mask = torch.randn(2, 8, 20, generator=g), torch.rand(8, 20, generator=g) < 0.5
+        kl_cpu = sdpo_kl_estimate(lp[0], lp[1], mask)
+        kl_gpu = sdpo_kl_estimate(lp[0].to(DEV), lp[1].to(DEV), mask.to(DEV))
+        assert abs(kl_cpu - kl_gpu) <= 1e-5, (kl_cpu, kl_gpu)
+
+    @check("fast DAPO: rollout/actor probability gap split by the rows' staleness")
+    def _staleness():
+        import importlib.util
+        from pathlib import Path
+
+        # verl_ext.curriculum's package imports verl (its DataProto ops): load the numpy + torch module alone
+        path = Path(__file__).resolve().parents[1] / "verl_ext" / "curriculum" / "staleness.py"
+        spec = importlib.util.spec_from_file_location("staleness", path)
+        staleness = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(staleness)
+        probs_diff_by_staleness = staleness.probs_diff_by_staleness
+
+        g = torch.Generator().manual_seed(5)
+        rollout, old = -torch.rand(2, 12, 30, generator=g) * 3
+        mask = torch.rand(12, 30, generator=g) < 0.7
+        age = np.array([0, 1] * 6)
+        cpu = probs_diff_by_staleness(rollout, old, mask, age)
+        gpu = probs_diff_by_staleness(rollout.to(DEV), old.to(DEV), mask.to(DEV), age)
+        assert cpu.keys() == gpu.keys() and all(abs(cpu[k] - gpu[k]) <= 1e-6 for k in cpu), (cpu, gpu)
 
     @check("shared prefix: per-row log-probs and entropies gathered from packs")
     def _packs():

@@ -65,6 +65,18 @@ def test_probs_diff_split_by_age_matches_a_loop():
     }
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_probs_diff_of_a_cuda_batch_matches_cpu():
+    g = torch.Generator().manual_seed(1)
+    rollout, old = -torch.rand(2, 6, 9, generator=g) * 3
+    mask = torch.rand(6, 9, generator=g) > 0.3
+    age = np.array([0, 1, 0, 2, 1, 0])
+    assert probs_diff_by_staleness(rollout.cuda(), old.cuda(), mask.cuda(), age) == pytest.approx(
+        probs_diff_by_staleness(rollout, old, mask, age), rel=1e-6
+    )
+
+
 # ---------------------------------------------------------------- re-screening on a real controller
 
 

@@ -96,7 +96,7 @@ def probs_diff_by_staleness(rollout_log_probs, old_log_probs, response_mask, age
     mask = response_mask.bool()
     diff = (torch.exp(rollout_log_probs.float()) - torch.exp(old_log_probs.float())).abs()
     diff = torch.where(mask, diff, torch.zeros_like(diff))
-    row_max = diff.max(dim=-1).values.numpy()
+    row_max = diff.max(dim=-1).values.cpu().numpy()  # the batch may be on an accelerator
     out = {}
     for name, sel in (("onpolicy", age == 0), ("stale", age > 0)):
         if sel.any():
