@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = """
 import runpy, sys
 sys.argv = ["gpu_check.py", "--device", "cpu"]
+code = "the script returned without an exit status"
 try:
     runpy.run_path("scripts/gpu_check.py", run_name="__main__")
 except SystemExit as exit:
