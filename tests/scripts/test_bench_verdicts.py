@@ -87,3 +87,20 @@ def test_sampling_memory_part_gives_the_goals_verdicts(load_script, sampling_arg
     assert verdict.endswith(f"both {'PASS' if met else 'MISS'}")
     assert "(target <= 20: " in verdict and "(target >= 0.8: " in verdict
     assert "fast + memory b_w=0.8" in out  # the sweep's row
+
+
+def test_heldout_figures_read_the_evaluation_row_and_give_the_per_1024_verdict(load_script, capsys):
+    bench = load_script("bench_heldout")
+    rows = [
+        {"step": 0, "val-core/all/acc/mean@1": 0.05},
+        {"step": 0, "heldout/questions": 512, "heldout/seconds": 100.0, "heldout-core/all/acc/mean@1": 0.0625},
+    ]
+    fig = bench.figures(rows)
+    assert fig == {"questions": 512, "seconds": 100.0, "per_1024_s": 200.0, "accuracy": 0.0625}
+    bench.print_verdicts({"steps": {**fig, "wall_s": 300.0}, "arithmetic": {**fig, "per_1024_s": 90.0, "wall_s": 1}})
+    out = capsys.readouterr().out.splitlines()
+    assert "steps | 512 | 0.062 | 100 | 200 | 300" in out
+    assert "steps: 200 s per 1,024 questions (target <= 180 s: MISS)" in out
+    assert "arithmetic: 90 s per 1,024 questions (target <= 180 s: PASS)" in out
+    with pytest.raises(SystemExit, match="heldout/seconds"):
+        bench.figures([{"step": 0, "val-core/all/acc/mean@1": 0.05}])
